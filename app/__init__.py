@@ -1,0 +1,1 @@
+"""The application: CLI, headless acceptance runner, scenes and the desktop UI."""

@@ -1,0 +1,9 @@
+"""The acceptance claims, in the order the headless runner runs them.
+
+Each entry names a module with `run(ctx: app.headless.ClaimContext) -> None` that
+records its checks and metrics on the context.
+"""
+
+CLAIMS: dict[str, str] = {
+    "affine": "app.claims.affine",
+}

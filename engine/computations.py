@@ -1,0 +1,25 @@
+"""Named computations: what a backend worker (and the parity harness) can run by name.
+
+Each entry maps a name to "module:function"; the function takes numpy inputs as
+keyword arguments and returns a dict of numpy arrays. A "module:function" path is
+accepted in place of a name (tests use it for deliberately failing workers).
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+REGISTRY: dict[str, str] = {
+    "affine": "engine.affine:run_affine",
+    "affine_gradcheck": "engine.affine:run_affine_gradcheck",
+}
+
+
+def run(name: str, **inputs) -> dict[str, np.ndarray]:
+    """Import and call computation `name` (in the current process and backend)."""
+    target = REGISTRY.get(name, name)
+    if ":" not in target:
+        raise KeyError(f"unknown computation '{name}' (known: {', '.join(sorted(REGISTRY))})")
+    module, function = target.split(":", 1)
+    return getattr(importlib.import_module(module), function)(**inputs)

@@ -1,0 +1,53 @@
+"""Field groups: Taichi fields allocated together and freed together.
+
+Why fields and not ndarrays: Taichi 1.7.4's reverse-mode autodiff on ndarrays is
+silently wrong on Vulkan (gradients stay zero; taichi issue #8524, checked in
+tests/test_taichi_contract.py), while fields differentiate correctly on every
+backend. To keep several independent problems in one process (the GUI runs a fit
+beside a ray march) every problem owns a `FieldGroup`: one SNode tree, destroyed
+as a whole. Kernels take fields as `ti.template()` arguments, so one kernel source
+serves every group (Taichi instantiates it once per distinct field set).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import taichi as ti
+
+
+class FieldGroup:
+    """Declare fields, `finalize()` to allocate them, `destroy()` to free them.
+
+        group = FieldGroup()
+        x = group.field(ti.f32, (1024,), needs_grad=True)
+        points = group.vector(3, ti.f32, (642,))
+        group.finalize()
+    """
+
+    def __init__(self) -> None:
+        self._builder = ti.FieldsBuilder()
+        self._tree: Any = None
+
+    def _place(self, field: Any, shape: tuple[int, ...], needs_grad: bool) -> Any:
+        if self._tree is not None:
+            raise RuntimeError("FieldGroup is finalized: declare every field before finalize()")
+        if any(n <= 0 for n in shape):
+            raise ValueError(f"field shape {shape} must be positive")
+        parent = self._builder.dense(ti.axes(*range(len(shape))), shape) if shape else self._builder
+        parent.place(field, field.grad) if needs_grad else parent.place(field)
+        return field
+
+    def field(self, dtype: Any, shape: tuple[int, ...] = (), needs_grad: bool = False) -> Any:
+        return self._place(ti.field(dtype, needs_grad=needs_grad), shape, needs_grad)
+
+    def vector(self, n: int, dtype: Any, shape: tuple[int, ...], needs_grad: bool = False) -> Any:
+        return self._place(ti.Vector.field(n, dtype, needs_grad=needs_grad), shape, needs_grad)
+
+    def finalize(self) -> "FieldGroup":
+        self._tree = self._builder.finalize()
+        return self
+
+    def destroy(self) -> None:
+        if self._tree is not None:
+            self._tree.destroy()
+            self._tree = None
