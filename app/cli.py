@@ -13,7 +13,9 @@ import sys
 from engine.backend import ARCH_CHOICES, ARCH_ENV
 from engine.errors import UserError
 
-SUBCOMMANDS: dict[str, str] = {}  # name -> "module:function", e.g. "render": "app.scenes.render_cli:main"
+SUBCOMMANDS: dict[str, str] = {  # name -> "module:function" taking argv, returning an exit code
+    "bench": "app.bench:main",
+}
 
 
 def add_arch_argument(parser: argparse.ArgumentParser) -> None:
