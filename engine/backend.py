@@ -17,7 +17,9 @@ Taichi holds one arch per process; compare backends with `engine.worker`.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import io
 import os
 import sys
 from dataclasses import dataclass
@@ -80,7 +82,8 @@ def _start(name: str) -> None:
 
     arch = {"cuda": ti.cuda, "vulkan": ti.vulkan, "cpu": ti.cpu}[name]
     try:
-        ti.init(arch=arch, enable_fallback=False, fast_math=False, offline_cache=True, verbose=False)
+        with contextlib.redirect_stdout(io.StringIO()):  # Taichi's "Starting on arch=" line; we report our own
+            ti.init(arch=arch, enable_fallback=False, fast_math=False, offline_cache=True, verbose=False)
     except Exception as exc:  # Taichi raises RuntimeError or its own types; the message is what matters
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = " (install mesa-vulkan-drivers for lavapipe)" if name == "vulkan" else ""
