@@ -1,0 +1,262 @@
+"""The tape: records kernel launches, replays their adjoints in reverse, refuses silent hazards.
+
+Modelled on NVIDIA Warp's `wp.Tape`. Launches made through `engine.launch.launch`
+inside `with tape:` are recorded (name, kernel, arguments, forward time);
+`tape.backward(loss)` seeds d loss = 1 and runs each entry's adjoint (Taichi's
+generated `kernel.grad`, or the function a custom entry supplies) newest first.
+
+    import taichi as ti
+    from engine import backend
+    from engine.autodiff.tape import Tape
+    from engine.fields import FieldGroup
+    from engine.kernels.affine import affine, sum_into
+    from engine.kernels.chain import sin_map
+    from engine.launch import launch
+
+    backend.init("cpu")
+    group = FieldGroup()
+    x, y, z = (group.field(ti.f32, (8,), needs_grad=True) for _ in range(3))
+    loss = group.field(ti.f32, (), needs_grad=True)
+    group.finalize()
+    x.fill(0.25)
+
+    tape = Tape()
+    with tape:
+        launch(affine, x, y, 2.0, 0.5)      # y = 2x + 0.5
+        launch(sin_map, y, z)               # z = sin(y)
+        launch(sum_into, z, loss)           # loss = sum(z)
+    tape.backward(loss)                     # x.grad = 2 cos(2x + 0.5)
+    tape.reset()                            # zero every gradient it touched, forget the launches
+
+Gradients accumulate (as in Warp and Taichi): call `zero_grad()` or `reset()` between
+iterations. `with tape.pause():` runs launches without recording them.
+`record_custom(name, backward, ...)` adds a step whose backward you write: how untaped
+work (BVH queries: Taichi's AD rejects `while`/`break`) joins the reverse pass.
+
+Hazards. Taichi's reverse pass reads the primal fields as they are when it runs, so
+a taped launch that overwrites data an earlier taped launch read (or that it reads
+itself), a second plain write to a field already written on the tape, or one field
+passed as two arguments of which one is written, all give wrong gradients with no
+error. The tape raises `TapeHazardError` naming the launch and the argument instead.
+Read and write sets come from `engine.autodiff.access` (derived from kernel source).
+
+Timing. With `profile=True` each launch and adjoint is bracketed by `ti.sync()` and
+timed; otherwise `forward_s`/`backward_s` are None, because a sync per launch stalls
+a GPU's launch queue. The UI's tape inspector turns profiling on.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+import taichi as ti
+from taichi.lang._ndarray import Ndarray
+from taichi.lang.field import Field
+
+from engine.autodiff.access import kernel_access
+from engine.launch import dispatch, kernel_name, pop_recorder, push_recorder
+
+Buffer = Field | Ndarray
+
+
+class TapeHazardError(RuntimeError):
+    """A launch the tape refuses because Taichi would silently give wrong gradients."""
+
+
+@dataclass
+class TapeEntry:
+    """One recorded step: a kernel launch, or a custom step with its own backward."""
+
+    name: str
+    kernel: Callable | None  # None for a custom step
+    args: tuple
+    custom_backward: Callable[[], None] | None = None
+    forward_s: float | None = None  # measured only when the tape profiles
+    backward_s: float | None = None
+
+
+def _is_buffer(value: Any) -> bool:
+    return isinstance(value, (Field, Ndarray))
+
+
+def _grad_of(buffer: Any) -> Any:
+    """The gradient buffer of a field or ndarray, or None if it was allocated without one."""
+    grad = getattr(buffer, "grad", None)
+    if isinstance(grad, Field) and grad._snode.ptr is None:  # declared but never placed
+        return None
+    return grad
+
+
+class Tape:
+    """A tape of kernel launches; see the module docstring for an example."""
+
+    def __init__(self, profile: bool = False):
+        self.profile = profile
+        self.entries: list[TapeEntry] = []
+        self._active = False
+        self._paused = 0
+        self._replaying = False
+        self._readers: dict[int, str] = {}  # id(buffer) -> "launch #i 'name' (argument 'p')" that first read it
+        self._writers: dict[int, str] = {}  # id(buffer) -> who last wrote it with a plain store
+        self._touched: dict[int, Any] = {}  # every buffer the tape saw, for zero_grad (kept alive here)
+
+    # -- recording ---------------------------------------------------------------------------
+
+    @property
+    def recording(self) -> bool:
+        return self._active and self._paused == 0 and not self._replaying
+
+    def __enter__(self) -> "Tape":
+        if self._active:
+            raise RuntimeError("this tape is already active: `with tape:` blocks do not nest for one tape")
+        self._active = True
+        push_recorder(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._active = False
+        pop_recorder(self)
+
+    @contextmanager
+    def pause(self) -> Iterator[None]:
+        """Run the launches inside without recording them (work that needs no gradient)."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
+    def record(self, kernel: Callable, args: tuple, name: str) -> None:
+        """Check `kernel(*args)` for hazards, run it, and append it (called by `launch`)."""
+        label = f"launch #{len(self.entries)} '{name}'"
+        access = kernel_access(kernel)
+        reads: list[tuple[Any, str]] = []
+        writes: list[tuple[Any, str, bool]] = []  # (buffer, argument, accumulate only)
+        by_buffer: dict[int, list[str]] = {}
+        for param, arg in zip(access.params, args):
+            if not _is_buffer(arg):
+                continue
+            if param in access.opaque:
+                raise TapeHazardError(
+                    f"{label}: cannot tell whether kernel {kernel_name(kernel)} reads or writes argument '{param}' "
+                    f"(it is used where the source analysis cannot follow it); state it with "
+                    f"engine.autodiff.access.declare_access({kernel_name(kernel)}, reads=..., writes=...)")
+            by_buffer.setdefault(id(arg), []).append(param)
+            for path in (param, f"{param}.grad"):
+                buffer = arg if path == param else _grad_of(arg)
+                if buffer is None:
+                    continue
+                if path in access.reads:
+                    reads.append((buffer, path))
+                if path in access.writes:
+                    writes.append((buffer, path, path in access.accumulates))
+        written = {path for _, path, _ in writes}
+        for params in by_buffer.values():
+            if len(params) > 1 and written & set(params):
+                raise TapeHazardError(
+                    f"{label}: the same field is passed as arguments {', '.join(repr(p) for p in params)} and "
+                    f"'{sorted(written & set(params))[0]}' is written; Taichi's adjoint would mix the two roles. "
+                    f"Pass a separate output field")
+        read_here = {path for _, path in reads}
+        for buffer, path, accumulate in writes:
+            reader = self._readers.get(id(buffer)) or (f"{label} itself" if path in read_here else None)
+            if reader:
+                raise TapeHazardError(
+                    f"{label}: argument '{path}' is overwritten after {reader} read it; the reverse pass would read "
+                    f"the new values and give wrong gradients without an error. Write to a new field, or run this "
+                    f"launch under tape.pause() if it needs no gradient")
+            if not accumulate and id(buffer) in self._writers:
+                raise TapeHazardError(
+                    f"{label}: argument '{path}' was already written by {self._writers[id(buffer)]}; a second "
+                    f"plain store breaks the reverse pass (only accumulation, +=, may follow). Write to a new field")
+        for buffer, path in reads:
+            self._readers.setdefault(id(buffer), f"{label} (argument '{path}')")
+        for buffer, path, accumulate in writes:
+            if not accumulate:
+                self._writers[id(buffer)] = f"{label} (argument '{path}')"
+        for arg in args:
+            if _is_buffer(arg):
+                self._touched[id(arg)] = arg
+        entry = TapeEntry(name, kernel, args)
+        entry.forward_s = self._timed(dispatch, kernel, args)
+        self.entries.append(entry)
+
+    def record_custom(self, name: str, backward: Callable[[], None], *, forward: Callable[[], None] | None = None,
+                      reads: Iterable[Buffer] = (), writes: Iterable[Buffer] = ()) -> TapeEntry:
+        """Append a step whose backward is `backward()`; run `forward()` first (untaped) if given.
+
+        `reads`/`writes` name the buffers the forward step reads and writes, so the hazard
+        checks and `zero_grad` cover them. The step's backward runs in its place in the
+        reverse order; launches inside it are not recorded.
+        """
+        if not self._active:
+            raise RuntimeError(f"record_custom('{name}') outside `with tape:`: custom steps are recorded in order")
+        label = f"custom step #{len(self.entries)} '{name}'"
+        reads, writes = list(reads), list(writes)
+        for buffer in writes:
+            if id(buffer) in self._readers or any(buffer is read for read in reads):
+                raise TapeHazardError(f"{label}: it writes a buffer that {self._readers.get(id(buffer), 'it')} read; "
+                                      f"the reverse pass would see the new values. Write to a new buffer")
+        for buffer in reads:
+            self._readers.setdefault(id(buffer), label)
+        for buffer in reads + writes:
+            self._touched[id(buffer)] = buffer
+        entry = TapeEntry(name, None, (), custom_backward=backward)
+        if forward is not None:
+            with self.pause():
+                entry.forward_s = self._timed(forward)
+        self.entries.append(entry)
+        return entry
+
+    # -- reverse pass ------------------------------------------------------------------------
+
+    def backward(self, loss: Buffer | None = None) -> None:
+        """Seed d loss = 1 (every element of `loss`) and run the adjoints newest first.
+
+        With `loss=None` the caller has seeded the output gradients already.
+        """
+        if self._active:
+            raise RuntimeError("tape.backward() inside `with tape:`: call it after the with block")
+        if loss is not None:
+            grad = _grad_of(loss)
+            if grad is None:
+                raise ValueError("tape.backward(loss): the loss has no gradient; allocate it with needs_grad=True")
+            grad.fill(1.0)
+        self._replaying = True
+        push_recorder(self)  # launches made by custom backwards run unrecorded, even inside another tape
+        try:
+            for entry in reversed(self.entries):
+                if entry.kernel is not None:
+                    entry.backward_s = self._timed(dispatch, entry.kernel.grad, entry.args)
+                else:
+                    entry.backward_s = self._timed(entry.custom_backward)
+        finally:
+            pop_recorder(self)
+            self._replaying = False
+
+    def zero_grad(self) -> None:
+        """Zero the gradient of every field and array the tape has seen since the last reset."""
+        for buffer in self._touched.values():
+            grad = _grad_of(buffer)
+            if grad is not None:
+                grad.fill(0)
+
+    def reset(self) -> None:
+        """Zero the gradients and forget every entry, ready for the next iteration."""
+        self.zero_grad()
+        self.entries.clear()
+        self._readers.clear()
+        self._writers.clear()
+        self._touched.clear()
+
+    def _timed(self, fn: Callable, *args: Any) -> float | None:
+        if not self.profile:
+            fn(*args)
+            return None
+        ti.sync()
+        start = time.perf_counter()
+        fn(*args)
+        ti.sync()
+        return time.perf_counter() - start

@@ -1,0 +1,66 @@
+"""The single entry point for kernel launches: `launch(kernel, *args)`.
+
+Every kernel launch in the project goes through `launch`, and every actual call of a
+compiled kernel (a primal, or an adjoint replayed by the tape) goes through
+`dispatch`. Two jobs, kept in one small place:
+
+- recording: inside `with tape:` (engine.autodiff.tape.Tape) a launch is handed to the
+  active recorder, which checks the gradient hazards, times it (when profiling) and
+  keeps it for the reverse pass; outside a tape, or under `tape.pause()`, it just runs;
+- dispatching: `dispatch(kernel, args)` is the one line that calls into Taichi, so a
+  faster path (calling the compiled kernel through Taichi's runtime directly) replaces
+  it here without touching any caller.
+
+    from engine.launch import launch
+    launch(affine, x, y, 2.0, 0.5)                 # runs now; recorded if a tape is active
+    launch(sum_into, y, loss, name="sum y")         # the name shown by the tape inspector
+
+This module knows recorders only through `push_recorder`/`pop_recorder` and the two
+members they must have (`recording`, `record`), so it imports nothing of the tape.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, Sequence
+
+
+class Recorder(Protocol):
+    """What `launch` needs of a tape."""
+
+    @property
+    def recording(self) -> bool: ...
+
+    def record(self, kernel: Callable, args: tuple, name: str) -> None: ...
+
+
+_recorders: list[Recorder] = []  # innermost active `with tape:` last
+
+
+def kernel_name(kernel: Callable) -> str:
+    """The Python name of a kernel (or of the function behind a Taichi adjoint)."""
+    primal = getattr(kernel, "_primal", kernel)
+    func = getattr(primal, "func", primal)
+    return getattr(func, "__name__", type(kernel).__name__)
+
+
+def dispatch(kernel: Callable, args: Sequence[Any]) -> None:
+    """Run one compiled kernel (primal or adjoint) now. The only place a kernel is called."""
+    kernel(*args)
+
+
+def launch(kernel: Callable, *args: Any, name: str | None = None) -> None:
+    """Launch `kernel(*args)`; the innermost active tape (if recording) records it."""
+    recorder = _recorders[-1] if _recorders else None
+    if recorder is not None and recorder.recording:
+        recorder.record(kernel, args, name or kernel_name(kernel))
+    else:
+        dispatch(kernel, args)
+
+
+def push_recorder(recorder: Recorder) -> None:
+    _recorders.append(recorder)
+
+
+def pop_recorder(recorder: Recorder) -> None:
+    if not _recorders or _recorders[-1] is not recorder:
+        raise RuntimeError("tapes must be exited in the reverse order they were entered")
+    _recorders.pop()
