@@ -13,6 +13,8 @@ import numpy as np
 REGISTRY: dict[str, str] = {
     "affine": "engine.affine:run_affine",
     "affine_gradcheck": "engine.affine:run_affine_gradcheck",
+    "closest_point": "engine.bvh:run_closest_point",
+    "bvh_refit_vs_rebuild": "engine.bvh:run_refit_vs_rebuild",
 }
 
 
