@@ -118,12 +118,18 @@ def load_mesh(path: str | os.PathLike, normalise: bool = True) -> Mesh:
     vertices, faces = clean(vertices, faces)
     if len(faces) == 0:
         raise UserError(f"mesh file {path}: every face is degenerate (zero area)")
+    return make_mesh(vertices, faces, path.stem, normalise)
+
+
+def make_mesh(vertices: np.ndarray, faces: np.ndarray, name: str = "", normalise: bool = True) -> Mesh:
+    """A `Mesh` from clean arrays (e.g. `engine.meshgen`), normalised like a loaded file unless asked not to."""
+    vertices = np.asarray(vertices, dtype=np.float64)
     centre, scale = np.zeros(3), 1.0
     if normalise:
         lo, hi = vertices.min(axis=0), vertices.max(axis=0)
         centre, scale = (lo + hi) / 2.0, float((hi - lo).max() / 2.0)
         vertices = (vertices - centre) / scale
-    return Mesh(vertices, faces, centre, scale, path.stem)
+    return Mesh(vertices, np.asarray(faces, dtype=np.int32), centre, scale, name)
 
 
 def write_obj(path: str | os.PathLike, vertices: np.ndarray, faces: np.ndarray, header: str = "") -> None:

@@ -59,3 +59,35 @@ def _split(vertices: np.ndarray, faces: np.ndarray) -> tuple[np.ndarray, np.ndar
         np.stack([c, ca, bc], 1), np.stack([ab, bc, ca], 1),
     ])
     return np.concatenate([vertices, mid]), new_faces
+
+
+def blob(subdiv: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """A smooth star-shaped blob: the icosphere with each vertex pushed along its direction d to
+    radius 1 + 0.25 sin(2 d_x + 1) cos(1.5 d_y) + 0.15 sin(3 d_z + 0.3) + 0.1 d_x d_y (in 0.5..1.5).
+
+    The fixed low-frequency bumps make lobes and shallow dents a 642-vertex sphere can follow;
+    no randomness, so every run fits the same target. Same faces as `icosphere(subdiv)`.
+    """
+    d, faces = icosphere(subdiv)
+    x, y, z = d.T
+    radius = 1.0 + 0.25 * np.sin(2.0 * x + 1.0) * np.cos(1.5 * y) + 0.15 * np.sin(3.0 * z + 0.3) + 0.1 * x * y
+    return d * radius[:, None], faces
+
+
+def torus(major: float = 1.0, minor: float = 0.4, n_major: int = 64, n_minor: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """A torus around the z axis: vertices float64 (n_major * n_minor, 3), faces int32, wound outward."""
+    if not (0.0 < minor < major) or n_major < 3 or n_minor < 3:
+        raise UserError(f"torus needs 0 < minor < major and at least 3 segments each way, got "
+                        f"major={major}, minor={minor}, n_major={n_major}, n_minor={n_minor}")
+    u = 2.0 * np.pi * np.arange(n_major) / n_major
+    v = 2.0 * np.pi * np.arange(n_minor) / n_minor
+    uu, vv = np.meshgrid(u, v, indexing="ij")
+    ring = major + minor * np.cos(vv)
+    vertices = np.stack([ring * np.cos(uu), ring * np.sin(uu), minor * np.sin(vv)], axis=-1).reshape(-1, 3)
+    i, j = np.meshgrid(np.arange(n_major), np.arange(n_minor), indexing="ij")
+    a = i * n_minor + j
+    b = ((i + 1) % n_major) * n_minor + j
+    c = ((i + 1) % n_major) * n_minor + (j + 1) % n_minor
+    d = i * n_minor + (j + 1) % n_minor
+    faces = np.concatenate([np.stack([a, b, c], -1).reshape(-1, 3), np.stack([a, c, d], -1).reshape(-1, 3)])
+    return vertices, faces.astype(np.int32)

@@ -1,0 +1,177 @@
+"""Symmetric Chamfer loss through the BVH, recorded on the tape; and the Laplacian smoother.
+
+    loss = ChamferLoss(x, faces, target, n_samples=8192, seed=0)   # x: vec3 field (V,), needs_grad
+    loss.correspond(tape)          # untaped: refit source BVH, query both directions, index slots
+    loss.record(tape)              # taped: held distances + fixed-order sums into loss.value
+    tape.backward(loss.value)      # d loss / d x lands in x.grad
+
+The loss is  mean_i |x_i - t(x_i)|^2  +  mean_j |s_j - p(s_j)|^2 :
+(a) each source vertex x_i to its closest point t(x_i) on the target surface, through
+a static BVH over the target; (b) each of `n_samples` target surface samples s_j
+(area-weighted, drawn once per run from `seed`) to its closest point p(s_j) on the
+source surface, through a BVH over the source refitted on the device every iteration.
+
+Gradients by the envelope theorem (see engine.kernels.chamfer): the queries run
+untaped and their answers are held; the taped kernels differentiate the squared
+distance to the held point, expressed for (b) as the barycentric combination of the
+held source triangle's corners, so the gradient spreads onto those three vertices by
+barycentric weight. Every sum runs in a fixed order, so one backend gives bit-identical
+loss and gradients run to run.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import numpy as np
+import taichi as ti
+
+from engine.autodiff.tape import Tape
+from engine.bvh import TriangleBVH
+from engine.errors import UserError
+from engine.fields import FieldGroup
+from engine.kernels import chamfer as k
+from engine.launch import launch
+from engine.mesh_io import Mesh
+
+
+def sample_surface(mesh: Mesh, n: int, seed: int) -> np.ndarray:
+    """`n` points uniformly distributed over the mesh's area (float64 (n, 3)), reproducible from `seed`."""
+    rng = np.random.default_rng(seed)
+    a, b, c = (mesh.vertices[mesh.faces[:, i]] for i in range(3))
+    area = np.linalg.norm(np.cross(b - a, c - a), axis=1)
+    face = rng.choice(len(area), size=n, p=area / area.sum())
+    r1, r2 = rng.random(n), rng.random(n)
+    s = np.sqrt(r1)  # uniform over the triangle: (1 - s, s(1 - r2), s r2)
+    return (1 - s)[:, None] * a[face] + (s * (1 - r2))[:, None] * b[face] + (s * r2)[:, None] * c[face]
+
+
+def _padded(n: int) -> int:
+    return -(-n // k.BLOCK) * k.BLOCK
+
+
+class ChamferLoss:
+    """Fields, BVHs and launches of the symmetric Chamfer loss (see the module docstring)."""
+
+    def __init__(self, x, faces: np.ndarray, target: Mesh, n_samples: int = 8192, seed: int = 0):
+        if n_samples < 1:
+            raise UserError(f"Chamfer needs at least one target sample, got {n_samples}")
+        self.x = x
+        self.n_vertices, self.n_samples = x.shape[0], n_samples
+        self.target = target
+        dtype = x.dtype
+        g = self.group = FieldGroup()
+        self.faces = g.vector(3, ti.i32, (len(faces),))
+        self.samples = g.vector(3, ti.f32, (n_samples,))
+        # (a) held target point per source vertex; (b) held source face and barycentrics per sample.
+        self.held_point = g.vector(3, ti.f32, (self.n_vertices,))
+        self.query_face = g.field(ti.i32, (self.n_vertices,))  # (a)'s face, bary, dist2: scratch, unused
+        self.query_bary = g.vector(3, ti.f32, (self.n_vertices,))
+        self.query_dist2 = g.field(ti.f32, (max(self.n_vertices, n_samples),))
+        self.held_face = g.field(ti.i32, (n_samples,))
+        self.held_bary = g.vector(3, ti.f32, (n_samples,))
+        self.held_on_source = g.vector(3, ti.f32, (n_samples,))
+        self.corners = g.vector(3, dtype, (n_samples, 3), needs_grad=True)
+        self.terms_a = g.field(dtype, (_padded(self.n_vertices),), needs_grad=True)
+        self.terms_b = g.field(dtype, (_padded(n_samples),), needs_grad=True)
+        self.partial_a = g.field(dtype, (self.terms_a.shape[0] // k.BLOCK,), needs_grad=True)
+        self.partial_b = g.field(dtype, (self.terms_b.shape[0] // k.BLOCK,), needs_grad=True)
+        self.value = g.field(dtype, (), needs_grad=True)
+        # vertex -> (sample, corner) slot index for the fixed-order scatter (see engine.kernels.chamfer)
+        self.ref_count = g.field(ti.i32, (self.n_vertices,))
+        self.ref_start = g.field(ti.i32, (self.n_vertices + 1,))
+        self.ref_cursor = g.field(ti.i32, (self.n_vertices,))
+        self.slots = g.field(ti.i32, (3 * n_samples,))
+        g.finalize()
+        self.faces.from_numpy(np.asarray(faces, dtype=np.int32))
+        self.samples.from_numpy(sample_surface(target, n_samples, seed).astype(np.float32))
+        self.source_bvh: TriangleBVH | None = None
+        self.target_bvh: TriangleBVH | None = None
+
+    def _bvhs(self) -> tuple[TriangleBVH, TriangleBVH]:
+        if self.source_bvh is None:  # built on first use: the held-math tests run float64 fields without a BVH
+            self.target_bvh = TriangleBVH.build(self.target.vertices, self.target.faces)
+            self.source_bvh = TriangleBVH(self.x, self.faces)
+        return self.source_bvh, self.target_bvh
+
+    def correspond(self, tape: Tape | None = None) -> None:
+        """Untaped: refit the source BVH, find and hold both directions' closest points."""
+        with tape.pause() if tape is not None else nullcontext():
+            source, target = self._bvhs()
+            source.refit()
+            target.query(self.x, self.query_face, self.query_bary, self.held_point, self.query_dist2,
+                         self.n_vertices)
+            source.query(self.samples, self.held_face, self.held_bary, self.held_on_source, self.query_dist2,
+                         self.n_samples)
+            self.index_slots()
+
+    def hold(self, held_point: np.ndarray, held_face: np.ndarray, held_bary: np.ndarray) -> None:
+        """Set the held correspondences directly (tests: gradients under held correspondence)."""
+        self.held_point.from_numpy(np.asarray(held_point, np.float32))
+        self.held_face.from_numpy(np.asarray(held_face, np.int32))
+        self.held_bary.from_numpy(np.asarray(held_bary, np.float32))
+        self.index_slots()
+
+    def index_slots(self) -> None:
+        """Untaped: the vertex -> slot index the fixed-order scatter walks (integer atomics: exact)."""
+        n = self.n_samples
+        launch(k.zero_ints, self.ref_count)
+        launch(k.count_refs, self.faces, self.held_face, n, self.ref_count)
+        launch(k.exclusive_scan, self.ref_count, self.ref_start, self.ref_cursor)
+        launch(k.fill_slots, self.faces, self.held_face, n, self.ref_cursor, self.slots)
+
+    def record(self, tape: Tape) -> None:
+        """Taped: the held squared distances and their fixed-order sums into `self.value`."""
+        with tape.pause():
+            launch(k.zero_scalar, self.value)
+        launch(k.held_point_terms, self.x, self.held_point, self.n_vertices, 1.0 / self.n_vertices, self.terms_a, 0,
+               name="chamfer: vertex to held target point")
+        tape.record_custom("chamfer: gather held source corners", self._scatter_corner_grads,
+                           forward=self._gather_corners, reads=[self.x], writes=[self.corners])
+        launch(k.held_face_terms, self.samples, self.corners, self.held_bary, self.n_samples, 1.0 / self.n_samples,
+               self.terms_b, 0, name="chamfer: sample to held source triangle")
+        for terms, partial in ((self.terms_a, self.partial_a), (self.terms_b, self.partial_b)):
+            launch(k.block_sums, terms, partial, name="chamfer: block sums")
+            launch(k.serial_total, partial, self.value, name="chamfer: total")
+
+    def _gather_corners(self) -> None:
+        launch(k.gather_corners, self.x, self.faces, self.held_face, self.n_samples, self.corners)
+
+    def _scatter_corner_grads(self) -> None:
+        launch(k.scatter_sorted, self.ref_start, self.slots, self.corners.grad, self.x.grad)
+
+    def misses(self) -> int:
+        """Queries without an answer since the BVHs were built (both directions)."""
+        return sum(bvh.counters()["misses"] for bvh in self._bvhs())
+
+    def destroy(self) -> None:
+        for bvh in (self.source_bvh, self.target_bvh):
+            if bvh is not None:
+                bvh.destroy()
+        self.group.destroy()
+
+
+class LaplacianSmoother:
+    """x <- x + lam (mean of neighbours - x), one Jacobi step on the device; topology fixed at construction."""
+
+    def __init__(self, x, faces: np.ndarray):
+        n = x.shape[0]
+        edges = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
+        edges = np.unique(np.concatenate([edges, edges[:, ::-1]]), axis=0)  # sorted by (i, j): CSR order
+        start = np.searchsorted(edges[:, 0], np.arange(n + 1)).astype(np.int32)
+        if np.any(np.diff(start) == 0):
+            raise UserError("Laplacian smoothing needs every vertex on a face")
+        self.x = x
+        self.group = FieldGroup()
+        self.start = self.group.field(ti.i32, (n + 1,))
+        self.neighbours = self.group.field(ti.i32, (len(edges),))
+        self.scratch = self.group.vector(3, x.dtype, (n,))
+        self.group.finalize()
+        self.start.from_numpy(start)
+        self.neighbours.from_numpy(edges[:, 1].astype(np.int32))
+
+    def step(self, lam: float) -> None:
+        launch(k.laplacian_step, self.x, self.start, self.neighbours, lam, self.scratch)
+        launch(k.copy_vectors, self.scratch, self.x)
+
+    def destroy(self) -> None:
+        self.group.destroy()
