@@ -1,0 +1,161 @@
+"""Shape fit: an icosphere shrink-wraps onto a target mesh with Chamfer (through the BVH) + Adam.
+
+The reusable loop the CLI, the headless claims and the GUI drive:
+
+    fit = ShapeFit("spot", subdiv=4, lr=0.01, smooth=0.2, seed=0)   # a name or any mesh path
+    for _ in range(400):
+        loss = fit.step()          # one iteration; returns the loss before the update
+    fit.losses                     # every loss so far (list of float)
+    fit.vertices(), fit.faces      # current mesh, in the target's normalised frame
+    fit.target                     # engine.mesh_io.Mesh (normalised) the fit chases
+    fit.tape.entries               # the last iteration's launches (tape inspector)
+    fit.export_obj("final.obj")    # in the target file's original coordinates
+    fit.destroy()
+
+One iteration (`step`): refit the source BVH and find both directions' closest points
+(untaped), record the held-distance kernels and fixed-order sums on the tape,
+backward, one Adam step on the device, then (with `smooth` = lambda > 0) one Laplacian
+shrink-wrap step x <- x + lambda (neighbour mean - x). The smoothing step pulls each
+vertex towards its neighbours, which stops the sphere from "tenting": stretching flat
+across a concavity while its vertices sit on the rims.
+
+Targets: `blob` and `torus` (engine.meshgen), `spot`, `blub`, `penguin` (assets/*.obj),
+or any OBJ/PLY/STL/OFF/GLB path; every target is normalised into [-1, 1]^3 and the
+source starts as the unit icosphere.
+
+CLI: python -m app fit --target NAME|PATH [--subdiv S] [--iters N] [--lr LR] [--smooth L]
+     [--samples N] [--seed S] [--arch A] [--out DIR] [--dump-every K]
+writes DIR/fit.json, DIR/final.obj, DIR/loss.png and every K iterations DIR/frames/iter_NNNNN.obj.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import taichi as ti
+
+from engine.autodiff.optim import Adam
+from engine.autodiff.tape import Tape
+from engine.chamfer import ChamferLoss, LaplacianSmoother
+from engine.errors import UserError
+from engine.fields import FieldGroup
+from engine.mesh_io import Mesh, load_mesh, make_mesh, write_obj
+from engine import meshgen
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+REAL_TARGETS = ("spot", "blub", "penguin")
+TARGETS = ("blob", "torus", *REAL_TARGETS)
+MAX_SUBDIV = 5  # 10,242 vertices
+
+
+def load_target(target: str | Path) -> Mesh:
+    """A target by name (see TARGETS) or a mesh file path, normalised into [-1, 1]^3."""
+    name = str(target)
+    if name == "blob":
+        return make_mesh(*meshgen.blob(4), "blob")
+    if name == "torus":
+        return make_mesh(*meshgen.torus(), "torus")
+    if name in REAL_TARGETS:
+        return load_mesh(ASSETS / f"{name}.obj")
+    if not Path(name).suffix:
+        raise UserError(f"unknown target '{name}': choose one of {', '.join(TARGETS)} or give a mesh file path")
+    return load_mesh(name)
+
+
+def default_samples(n_faces: int) -> int:
+    """Target samples per run: about two per source triangle, at least 4,096 (measured in docs/RESULTS.md)."""
+    return max(4096, 2 * n_faces)
+
+
+class ShapeFit:
+    """One shape-fitting run on the current backend (see the module docstring)."""
+
+    def __init__(self, target: str | Path, subdiv: int = 3, lr: float = 0.01, smooth: float = 0.0, seed: int = 0,
+                 n_samples: int | None = None, profile: bool = False):
+        if isinstance(subdiv, bool) or not isinstance(subdiv, int) or not 0 <= subdiv <= MAX_SUBDIV:
+            raise UserError(f"--subdiv must be an integer in 0..{MAX_SUBDIV}, got {subdiv!r}")
+        if not (lr > 0 and math.isfinite(lr)):
+            raise UserError(f"--lr must be a positive number, got {lr}")
+        if not 0.0 <= smooth <= 1.0:
+            raise UserError(f"--smooth must be in 0..1 (a Laplacian step size), got {smooth}")
+        self.target = load_target(target)
+        self.target_name = str(target)
+        self.subdiv, self.lr, self.smooth, self.seed = subdiv, lr, smooth, seed
+        sphere, self.faces = meshgen.icosphere(subdiv)
+        self.n_samples = n_samples or default_samples(len(self.faces))
+        self.group = FieldGroup()
+        self.x = self.group.vector(3, ti.f32, (len(sphere),), needs_grad=True)
+        self.group.finalize()
+        self.x.from_numpy(sphere.astype(np.float32))
+        self.loss = ChamferLoss(self.x, self.faces, self.target, self.n_samples, seed)
+        self.optimiser = Adam([self.x], lr=lr)
+        self.smoother = LaplacianSmoother(self.x, self.faces) if smooth > 0 else None
+        self.tape = Tape(profile=profile)
+        self.losses: list[float] = []
+
+    @property
+    def iteration(self) -> int:
+        return len(self.losses)
+
+    def evaluate(self) -> float:
+        """Loss and gradient (in `self.x.grad`) at the current vertices, without updating them."""
+        self.tape.reset()
+        with self.tape:
+            self.loss.correspond(self.tape)
+            self.loss.record(self.tape)
+        self.tape.backward(self.loss.value)
+        return float(self.loss.value[None])
+
+    def step(self) -> float:
+        """One iteration (see the module docstring); returns the loss before the update."""
+        value = self.evaluate()
+        self.optimiser.step()
+        if self.smoother is not None:
+            self.smoother.step(self.smooth)
+        self.losses.append(value)
+        return value
+
+    def gradient(self) -> np.ndarray:
+        """d loss / d vertices (V, 3) at the current vertices."""
+        self.evaluate()
+        return self.x.grad.to_numpy()
+
+    def vertices(self) -> np.ndarray:
+        """Current vertices (V, 3) in the target's normalised frame."""
+        return self.x.to_numpy().astype(np.float64)
+
+    def orders(self) -> float:
+        """Orders of magnitude the loss fell: log10(first loss / last loss)."""
+        if len(self.losses) < 2 or self.losses[-1] <= 0:
+            return 0.0
+        return math.log10(self.losses[0] / self.losses[-1])
+
+    def misses(self) -> int:
+        return self.loss.misses()
+
+    def export_obj(self, path: str | Path) -> None:
+        """The current mesh in the target file's original coordinates, written atomically."""
+        write_obj(path, self.target.to_original(self.vertices()), self.faces,
+                  header=f"shape fit onto {self.target_name}, iteration {self.iteration}")
+
+    def destroy(self) -> None:
+        for part in (self.smoother, self.optimiser, self.loss):
+            if part is not None:
+                part.destroy()
+        self.group.destroy()
+
+
+def fit_gradient(target: np.ndarray, subdiv: np.ndarray, iters: np.ndarray, lr: np.ndarray,
+                 smooth: np.ndarray, n_samples: np.ndarray, seed: np.ndarray) -> dict[str, np.ndarray]:
+    """Parity computation: run the fit `iters` iterations, return loss, gradient and vertices there."""
+    fit = ShapeFit(str(target), int(subdiv), float(lr), float(smooth), int(seed), int(n_samples) or None)
+    for _ in range(int(iters)):
+        fit.step()
+    loss = fit.evaluate()
+    out = {"loss": np.array(loss), "grad": fit.x.grad.to_numpy(), "vertices": fit.x.to_numpy(),
+           "misses": np.array(fit.misses())}
+    fit.destroy()
+    return out
