@@ -14,9 +14,10 @@ compiled kernel (a primal, or an adjoint replayed by the tape) goes through
     from engine.launch import launch
     launch(affine, x, y, 2.0, 0.5)                 # runs now; recorded if a tape is active
     launch(sum_into, y, loss, name="sum y")         # the name shown by the tape inspector
+    custom("closest points", forward, backward, reads=[x], writes=[idx])  # a step with a hand-written adjoint
 
-This module knows recorders only through `push_recorder`/`pop_recorder` and the two
-members they must have (`recording`, `record`), so it imports nothing of the tape.
+This module knows recorders only through `push_recorder`/`pop_recorder` and the
+members they must have (`Recorder`), so it imports nothing of the tape.
 """
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ class Recorder(Protocol):
     def recording(self) -> bool: ...
 
     def record(self, kernel: Callable, args: tuple, name: str) -> None: ...
+
+    def record_custom(self, name: str, backward: Callable[[], None], *, forward: Callable[[], None] | None,
+                      reads: Sequence[Any], writes: Sequence[Any]) -> Any: ...
 
 
 _recorders: list[Recorder] = []  # innermost active `with tape:` last
@@ -54,6 +58,22 @@ def launch(kernel: Callable, *args: Any, name: str | None = None) -> None:
         recorder.record(kernel, args, name or kernel_name(kernel))
     else:
         dispatch(kernel, args)
+
+
+def custom(name: str, forward: Callable[[], None], backward: Callable[[], None], *,
+           reads: Sequence[Any] = (), writes: Sequence[Any] = ()) -> None:
+    """Run `forward()`; inside a recording tape, also record `backward()` as its adjoint.
+
+    For steps Taichi cannot differentiate (kernels with `while`/`break`, host work):
+    the forward runs untaped and the backward you supply runs in its place in the
+    reverse pass. `reads`/`writes` list the fields the forward reads and writes, for
+    the tape's hazard checks and `zero_grad`. Outside a tape it just runs `forward()`.
+    """
+    recorder = _recorders[-1] if _recorders else None
+    if recorder is not None and recorder.recording:
+        recorder.record_custom(name, backward, forward=forward, reads=reads, writes=writes)
+    else:
+        forward()
 
 
 def push_recorder(recorder: Recorder) -> None:

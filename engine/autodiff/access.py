@@ -55,7 +55,7 @@ def declare_access(kernel: Callable, reads: Iterable[str] = (), writes: Iterable
     """State a kernel's read and write sets by hand (for kernels the analysis cannot follow)."""
     func = _python_function(kernel)
     params = tuple(inspect.signature(func).parameters)
-    unknown = sorted(set(reads) | set(writes) - set(params) - {f"{p}.grad" for p in params})
+    unknown = sorted((set(reads) | set(writes)) - set(params) - {f"{p}.grad" for p in params})
     if unknown:
         raise ValueError(f"declare_access({func.__name__}): no parameter {', '.join(unknown)} (has {', '.join(params)})")
     _declared[func] = Access(frozenset(reads), frozenset(writes), params=params)

@@ -81,7 +81,7 @@ def _is_buffer(value: Any) -> bool:
     return isinstance(value, (Field, Ndarray))
 
 
-def _grad_of(buffer: Any) -> Any:
+def grad_of(buffer: Any) -> Any:
     """The gradient buffer of a field or ndarray, or None if it was allocated without one."""
     grad = getattr(buffer, "grad", None)
     if isinstance(grad, Field) and grad._snode.ptr is None:  # declared but never placed
@@ -145,7 +145,7 @@ class Tape:
                     f"engine.autodiff.access.declare_access({kernel_name(kernel)}, reads=..., writes=...)")
             by_buffer.setdefault(id(arg), []).append(param)
             for path in (param, f"{param}.grad"):
-                buffer = arg if path == param else _grad_of(arg)
+                buffer = arg if path == param else grad_of(arg)
                 if buffer is None:
                     continue
                 if path in access.reads:
@@ -220,7 +220,7 @@ class Tape:
         if self._active:
             raise RuntimeError("tape.backward() inside `with tape:`: call it after the with block")
         if loss is not None:
-            grad = _grad_of(loss)
+            grad = grad_of(loss)
             if grad is None:
                 raise ValueError("tape.backward(loss): the loss has no gradient; allocate it with needs_grad=True")
             grad.fill(1.0)
@@ -239,7 +239,7 @@ class Tape:
     def zero_grad(self) -> None:
         """Zero the gradient of every field and array the tape has seen since the last reset."""
         for buffer in self._touched.values():
-            grad = _grad_of(buffer)
+            grad = grad_of(buffer)
             if grad is not None:
                 grad.fill(0)
 
