@@ -7,4 +7,5 @@ records its checks and metrics on the context.
 CLAIMS: dict[str, str] = {
     "affine": "app.claims.affine",
     "closest_point": "app.claims.closest_point",
+    "launch_overhead": "app.claims.launch_overhead",
 }

@@ -1,0 +1,203 @@
+"""`python -m app bench launch [--arch A] [--launches N] [--repeats R]`: launch overhead against Warp.
+
+A port of Warp's `benchmark_launches.py` methodology: six kernel shapes (k0 no
+arguments, kf three floats, kv three vec3, km three mat33, ka three arrays, kz all
+nine), each launched in two forms, 12 cells; N launches per cell (default 20,000),
+dim 1, a warm-up of 100, the median of R (3) repetitions, wall clock around the
+enqueue loop with synchronisation outside it. Warp runs the same 12 cells in the same
+process on the same device, interleaved repetition by repetition with ours so both
+see the same machine load.
+
+What the two forms mean:
+- `direct`: every launch passes its arguments. Warp: `wp.launch(kN, dim=1,
+  inputs=[...])`. Ours: `native(kN)(*args)` (engine/dispatch.py), a drop-in for the
+  plain call that writes each argument into a cached launch context and launches.
+- `struct`: the arguments are packed once. Warp: a `wp.struct` built once, passed to
+  `wp.launch(ksN, dim=1, inputs=[s])` every launch. Ours: `bind(kN, *args)` once,
+  then `bound()` every launch (the arguments already sit in the launch context).
+The plain Taichi call `kN(*args)` is timed per shape as well, so the gain is visible.
+
+Before timing, `echo` (a kernel that writes its arguments back) is launched plainly,
+directly and bound, and the three outputs must be identical.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.errors import UserError
+
+SHAPES = ("k0", "kf", "kv", "km", "ka", "kz")
+FORMS = ("direct", "struct")
+WARMUP = 100
+WARP_DEVICE = {"cpu": "cpu", "cuda": "cuda:0"}  # Warp has no Vulkan backend
+
+
+@dataclass
+class Cell:
+    shape: str
+    form: str
+    native_us: float
+    plain_us: float
+    warp_us: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        """Warp's time over ours: > 1 means native dispatch is faster."""
+        return None if self.warp_us is None else self.warp_us / self.native_us
+
+
+def _taichi_args() -> dict[str, tuple]:
+    """Warp's argument values, as Taichi values (arrays as 1-element f32 ndarrays)."""
+    import taichi as ti
+
+    a, b, c = (ti.ndarray(ti.f32, 1) for _ in range(3))
+    x, y, z = 17.0, 42.0, 99.0
+    u, v, w = ti.math.vec3(1, 2, 3), ti.math.vec3(10, 20, 30), ti.math.vec3(100, 200, 300)
+    zero = ti.math.mat3(0.0)
+    return {"k0": (), "kf": (x, y, z), "kv": (u, v, w), "km": (zero, zero, zero),
+            "ka": (a, b, c), "kz": (a, b, c, x, y, z, u, v, w)}
+
+
+def validate() -> None:
+    """Plain, direct and bound launches of `echo` must write identical values."""
+    import taichi as ti
+
+    from engine.dispatch import bind, native
+    from engine.kernels.launch_shapes import echo
+
+    a = ti.ndarray(ti.f32, 1)
+    a.from_numpy(np.array([3.5], np.float32))
+    args = (a, 17.0, ti.math.vec3(1, 2, 3), ti.math.mat3([[1, 2, 3], [4, 5, 6], [7, 8, 9.5]]))
+    outputs = []
+    for launch in (lambda out: echo(out, *args), lambda out: native(echo)(out, *args),
+                   lambda out: bind(echo, out, *args)()):
+        out = ti.ndarray(ti.f32, 14)
+        launch(out)
+        outputs.append(out.to_numpy())
+    if not all(np.array_equal(outputs[0], each) for each in outputs[1:]) or outputs[0][1] != 17.0:
+        raise RuntimeError(f"native dispatch does not deliver the arguments: {outputs}")
+
+
+def _timed(call, args: tuple, launches: int) -> float:
+    import taichi as ti
+
+    ti.sync()
+    start = time.perf_counter()
+    for _ in range(launches):
+        call(*args)
+    elapsed = time.perf_counter() - start
+    ti.sync()
+    return elapsed
+
+
+def measure(arch: str, launches: int, repeats: int = 3, use_warp: bool = True, progress=None) -> list[Cell]:
+    """Time the 12 cells (Taichi already started on `arch`); Warp beside us when installed and able."""
+    from engine.dispatch import bind, native
+    from engine.kernels import launch_shapes
+
+    validate()
+    warp = None
+    if use_warp and arch in WARP_DEVICE:
+        try:
+            from bench import launch_warp as warp
+        except ImportError:
+            warp = None
+    device = WARP_DEVICE.get(arch)
+    warp_cells = warp.cells(device) if warp else {}
+    args = _taichi_args()
+    cells = []
+    for shape in SHAPES:
+        kernel = getattr(launch_shapes, shape)
+        plain_times: list[float] = []
+        for form in FORMS:
+            if form == "direct":
+                call, call_args = native(kernel), args[shape]
+            else:
+                call, call_args = bind(kernel, *args[shape]), ()
+            warp_entry = warp_cells.get((shape, form))
+            _timed(call, call_args, WARMUP)
+            if form == "direct":
+                _timed(kernel, args[shape], WARMUP)
+            if warp_entry:
+                warp.timed(*warp_entry, device, WARMUP)
+            native_times, warp_times = [], []
+            for _ in range(repeats):
+                native_times.append(_timed(call, call_args, launches))
+                if warp_entry:
+                    warp_times.append(warp.timed(*warp_entry, device, launches))
+                if form == "direct":
+                    plain_times.append(_timed(kernel, args[shape], launches))
+                if progress:
+                    progress.update(1)
+            us = 1e6 / launches
+            cells.append(Cell(shape, form, statistics.median(native_times) * us,
+                              statistics.median(plain_times) * us,
+                              statistics.median(warp_times) * us if warp_times else None))
+    return cells
+
+
+def table(cells: list[Cell], arch: str, launches: int, repeats: int) -> str:
+    """A markdown table of the cells and a summary line."""
+    import taichi as ti
+
+    warp_version = _warp_version()
+    head = (f"arch {arch}; {launches} launches/cell, dim 1, warm-up {WARMUP}, median of {repeats}; "
+            f"taichi {'.'.join(map(str, ti.__version__))}, warp {warp_version or 'not installed'}; "
+            f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    rows = ["| kernel | form | Taichi plain call (us) | native dispatch (us) | Warp (us) | Warp / native | won |",
+            "|---|---|---:|---:|---:|---:|:-:|"]
+    for cell in cells:
+        warp = "n/a" if cell.warp_us is None else f"{cell.warp_us:.2f}"
+        ratio = "n/a" if cell.ratio is None else f"{cell.ratio:.1f}x"
+        won = "" if cell.ratio is None else ("yes" if cell.ratio > 1 else "no")
+        rows.append(f"| {cell.shape} | {cell.form} | {cell.plain_us:.2f} | {cell.native_us:.3f} | {warp} | {ratio} | {won} |")
+    return "\n".join([head, "", *rows, "", summary(cells)])
+
+
+def summary(cells: list[Cell]) -> str:
+    compared = [cell for cell in cells if cell.ratio is not None]
+    native = statistics.median(cell.native_us for cell in cells)
+    plain = statistics.median(cell.plain_us for cell in cells)
+    text = f"native median {native:.3f} us/launch, plain call median {plain:.2f} us ({plain / native:.0f}x)"
+    if compared:
+        won = sum(cell.ratio > 1 for cell in compared)
+        text += (f"; Warp median {statistics.median(c.warp_us for c in compared):.2f} us; cells won "
+                 f"{won}/{len(compared)}, min Warp/native ratio {min(c.ratio for c in compared):.1f}x")
+    return text
+
+
+def _warp_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("warp-lang")
+    except Exception:  # not installed
+        return None
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app bench launch", description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default=None, help="auto|cuda|vulkan|cpu (default: $SHANNON_ARCH or auto)")
+    parser.add_argument("--launches", type=int, default=20_000, help="launches per cell and repetition")
+    parser.add_argument("--repeats", type=int, default=3, help="repetitions per cell (the median is reported)")
+    parser.add_argument("--no-warp", action="store_true", help="time native dispatch and plain calls only")
+    options = parser.parse_args(argv)
+    if options.launches < 1:
+        raise UserError(f"--launches must be at least 1 (got {options.launches})")
+    if options.repeats < 1:
+        raise UserError(f"--repeats must be at least 1 (got {options.repeats})")
+
+    from engine import backend
+    from engine.progress import bar
+
+    arch = backend.init(options.arch).name
+    with bar(total=len(SHAPES) * len(FORMS) * options.repeats, desc="launch cells") as progress:
+        cells = measure(arch, options.launches, options.repeats, not options.no_warp, progress)
+    print(table(cells, arch, options.launches, options.repeats))
+    return 0

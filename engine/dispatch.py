@@ -1,0 +1,437 @@
+"""Native dispatch: launch a compiled Taichi kernel at close to the runtime's own cost.
+
+A plain `kernel(*args)` call in Taichi 1.7.4 spends ~10-35 us per launch in Python:
+it re-derives the template key of every argument, looks the compiled kernel up,
+builds a fresh launch context and converts every argument, before the runtime's
+`Program.launch_kernel` (well under a microsecond on the CPU backend) runs it.
+This module does that work once:
+
+    bound = bind(kernel, field_x, field_y, 2.0, ti.math.vec3(0, 1, 0))
+    bound()                       # launch with the bound arguments
+    bound.set("a", 3.0)           # cheap update of one runtime argument slot
+    bind(kernel.grad, field_x, field_y, 3.0, v)()   # the Taichi-generated adjoint
+
+    fast = native(kernel)         # a drop-in for `kernel(...)`: every call sets its
+    fast(field_x, field_y, t, v)  # runtime arguments natively on a cached binding
+
+    LaunchSequence([b1, b2, b1_grad])()   # a prepared sequence (a whole iteration)
+
+What a binding fixes and what it re-applies:
+- Template arguments (fields, `ti.template()`) select the compiled kernel; they are
+  fixed at bind time (`set` refuses them: bind again).
+- Scalars (real/int), `ti.math` vectors and matrices and `ti.types.struct` values
+  are written into the launch context once and stay there until `set` changes them.
+- Array arguments (Taichi ndarrays, C-contiguous numpy arrays) are re-set before
+  every launch: the LLVM launchers replace the ndarray handle in the context by a raw
+  pointer while launching (and the CUDA one swaps host arrays for device copies), so a
+  context launched twice without re-setting them would pass a stale pointer.
+- Kinds this module does not handle (textures, argpacks, sparse-matrix builders,
+  torch/paddle tensors, non-C-contiguous numpy arrays) make the binding fall back to
+  the plain call: `bound.native` is False, `bound.fallback_reason` says why, and a
+  warning is logged once per kernel and reason. A supported kind never falls back:
+  a bad value raises, exactly as the plain call would.
+
+Semantics kept from the plain call: the same compiled kernel (same key, same autodiff
+mode; opt_level raised to 1 for grad kernels), the same runtime entry point, so the
+same synchronisation: asynchronous on CUDA and Vulkan, a sync after the launch only
+when the kernel returns values or prints. Not kept (refused at bind time instead):
+recording into Taichi's own `ti.ad.Tape` / forward-mode manager; the project's tape
+(`engine/autodiff`) records bindings itself. A binding is valid for the Taichi
+program it was made in (`ti.reset()`/re-init invalidates it) and for as long as its
+fields live.
+
+The private Taichi 1.7.4 entry points used here are exercised by
+`tests/test_taichi_internals.py`, so an upgrade that moves them fails loudly.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import taichi as ti
+from taichi.lang import impl
+from taichi.lang._ndarray import Ndarray
+from taichi.lang.enums import AutodiffMode, Layout
+from taichi.lang.kernel_impl import Kernel, _BoundedDifferentiableMethod
+from taichi.lang.matrix import MatrixType
+from taichi.lang.struct import StructType
+from taichi.types import ndarray_type, primitive_types, template
+from taichi.lang.util import cook_dtype
+from taichi.types.utils import is_signed
+
+log = logging.getLogger(__name__)
+
+MAX_ARGS = 64  # Taichi's own limit on non-template argument slots (kernel_impl.launch_kernel)
+_REAL = (float, int, np.floating, np.integer)
+_INT = (int, np.integer)
+_warned: set[tuple[str, str]] = set()
+
+
+class Unsupported(Exception):
+    """An argument kind native dispatch does not handle: the binding falls back to the plain call."""
+
+
+def resolve(kernel: Any) -> tuple[Kernel, tuple]:
+    """The `Kernel` object behind `kernel` and the arguments to prepend (a data-oriented owner).
+
+    Accepts a `@ti.kernel` function, its `.grad`, a `Kernel`, and a data-oriented
+    class kernel (`obj.method` or `obj.method.grad`).
+    """
+    if isinstance(kernel, Kernel):
+        return kernel, ()
+    if isinstance(kernel, _BoundedDifferentiableMethod):
+        return kernel._primal, () if kernel._is_staticmethod else (kernel._kernel_owner,)
+    owner = getattr(kernel, "__self__", None)
+    if isinstance(owner, _BoundedDifferentiableMethod) and kernel.__func__ is _BoundedDifferentiableMethod.grad:
+        return owner._adjoint, (owner._kernel_owner,)
+    primal = getattr(kernel, "_primal", None)
+    if isinstance(primal, Kernel):
+        return primal, ()
+    raise TypeError(f"not a Taichi kernel: {kernel!r}")
+
+
+def _kernel_name(kern: Kernel) -> str:
+    suffix = "" if kern.autodiff_mode == AutodiffMode.NONE else ".grad"
+    return kern.func.__name__ + suffix
+
+
+def _check(ok: bool, name: str, expected: str, value: Any) -> None:
+    if not ok:
+        raise ti.TaichiRuntimeTypeError(f"argument '{name}': expected {expected}, got {type(value).__name__}")
+
+
+class _Slot:
+    """One non-template argument: how to write a value of it into the launch context.
+
+    Writers remember what they last wrote and skip a value that is provably the same:
+    the same immutable number object, or a `ti.math` vector/matrix whose element bytes
+    are unchanged (bytes, not ==, so -0.0 and 0.0 stay distinct). Nothing else writes
+    into a binding's context, so a skipped write leaves exactly the value a write would.
+    """
+
+    def __init__(self, ctx: Any, index: int, name: str, needed: Any, value: Any, host_arrays: bool):
+        self.name, self.index, self.needed = name, (index,), needed
+        self.is_array = False
+        self.apply: Callable[[], None] | None = None  # re-sets an array before each launch, where needed
+        self.value: Any = None
+        if id(needed) in primitive_types.real_type_ids:
+            self.write = self._number_writer(ctx.set_arg_float, _REAL, float, "a real number")
+        elif id(needed) in primitive_types.integer_type_ids:
+            set_int = ctx.set_arg_int if is_signed(cook_dtype(needed)) else ctx.set_arg_uint
+            self.write = self._number_writer(set_int, _INT, int, "an integer")
+        elif isinstance(needed, MatrixType):
+            self.write = self._matrix_writer(ctx, needed)
+        elif isinstance(needed, StructType):
+            self.write = self._struct_writer(ctx, needed)
+        elif isinstance(needed, ndarray_type.NdarrayType):
+            self.is_array = True
+            self.write = self._array_writer(ctx, needed, value, host_arrays)
+        else:
+            raise Unsupported(f"argument '{name}' of kind {type(needed).__name__}")
+
+    def _number_writer(self, set_number: Callable, kinds: tuple, cast: Callable, expected: str) -> Callable:
+        index, name = self.index, self.name
+        last = [object()]
+
+        def write(value: Any) -> None:
+            if value is last[0]:  # numbers are immutable: the context already holds it
+                return
+            _check(isinstance(value, kinds), name, expected, value)
+            set_number(index, cast(value))
+            last[0] = value
+
+        return write
+
+    def _matrix_writer(self, ctx: Any, needed: MatrixType) -> Callable:
+        # The plain call casts every element with float()/int() and writes it with
+        # set_struct_arg_* at (slot, flat element index); the same values, the same calls.
+        if needed.dtype in primitive_types.real_types:
+            set_elem, kinds, cast, dtype_kinds = ctx.set_struct_arg_float, _REAL, float, "fiu"
+        elif needed.dtype in primitive_types.integer_types:
+            set_elem = ctx.set_struct_arg_int if is_signed(cook_dtype(needed.dtype)) else ctx.set_struct_arg_uint
+            kinds, cast, dtype_kinds = _INT, int, "iu"
+        else:
+            raise Unsupported(f"argument '{self.name}': matrix of {needed.dtype}")
+        name, n, m = self.name, needed.n, needed.m
+        if needed.ndim == 2:
+            at = [(i, j) for i in range(n) for j in range(m)]
+        else:
+            at = list(range(n))
+        indices = [self.index + (k,) for k in range(len(at))]
+        size = len(at)
+        last = [None]
+
+        def write(value: Any) -> None:
+            entries = getattr(value, "entries", None)  # ti.math vectors/matrices keep a numpy array
+            if isinstance(entries, np.ndarray) and entries.size == size and entries.dtype.kind in dtype_kinds:
+                key = (entries.dtype.char, entries.tobytes())
+                if key == last[0]:
+                    return
+                elements = entries.ravel().tolist()  # row-major: element (i, j) at i*m + j
+            else:
+                key, elements = None, [value[k] for k in at]
+                for element in elements:
+                    _check(isinstance(element, kinds), name, f"{needed.to_string()} elements", element)
+            for index, element in zip(indices, elements):
+                set_elem(index, cast(element))
+            last[0] = key
+
+        return write
+
+    def _struct_writer(self, ctx: Any, needed: StructType) -> Callable:
+        index, name = self.index, self.name
+
+        def write(value: Any) -> None:
+            _check(isinstance(value, needed), name, str(needed), value)
+            needed.set_kernel_struct_args(value, ctx, index)
+
+        return write
+
+    def _array_writer(self, ctx: Any, needed: ndarray_type.NdarrayType, value: Any, host_arrays: bool) -> Callable:
+        """Arrays as the runtime takes them.
+
+        On the CPU every array is passed as a raw host pointer (Taichi ndarrays too: their
+        memory is host memory; it is what the CPU launcher substitutes on its own), which
+        the launcher leaves untouched, so it is written once. Elsewhere the array is
+        re-set before each launch (`apply`), as the plain call's fresh context has it.
+        """
+        index = self.index
+        if isinstance(value, Ndarray):
+            prog = impl.get_runtime().prog
+
+            def write(array: Any) -> None:
+                _check(isinstance(array, Ndarray), self.name, "a Taichi ndarray", array)
+                grad = array.grad.arr if array.grad else None
+                if host_arrays:
+                    pointer = prog.get_ndarray_data_ptr_as_int
+                    ctx.set_arg_external_array_with_shape(
+                        index, pointer(array.arr), array.arr.element_size() * array.arr.nelement(),
+                        list(array.shape), 0 if grad is None else pointer(grad))
+                elif grad is None:
+                    self.apply = functools.partial(ctx.set_arg_ndarray, index, array.arr)
+                else:
+                    self.apply = functools.partial(ctx.set_arg_ndarray_with_grad, index, array.arr, grad)
+                self.value = array  # keeps the memory alive while bound
+
+            return write
+        if not (isinstance(value, np.ndarray) and value.flags.c_contiguous):
+            raise Unsupported(f"argument '{self.name}': array of type {type(value).__name__}"
+                              + (" (not C-contiguous)" if isinstance(value, np.ndarray) else ""))
+        soa = needed.layout == Layout.SOA
+        element_dim = 0 if needed.dtype is None or id(needed.dtype) in primitive_types.type_ids else needed.dtype.ndim
+
+        def write(array: Any) -> None:
+            _check(isinstance(array, np.ndarray) and array.flags.c_contiguous, self.name,
+                   "a C-contiguous numpy array", array)
+            shape = array.shape
+            if element_dim:
+                shape = shape[element_dim:] if soa else shape[:-element_dim]
+            set_array = functools.partial(ctx.set_arg_external_array_with_shape, index,
+                                          int(array.ctypes.data), array.nbytes, list(shape), 0)
+            if host_arrays:
+                set_array()
+            else:
+                self.apply = set_array
+            self.value = array  # keeps the buffer alive while bound
+
+        return write
+
+
+class BoundLaunch:
+    """One kernel bound to its arguments: `bound()` launches it natively.
+
+    `native` is False when an unsupported argument kind made it fall back to the
+    plain call (`fallback_reason` says which); it still launches correctly.
+    """
+
+    def __init__(self, kernel: Any, *args: Any, name: str | None = None):
+        kern, owner = resolve(kernel)
+        self.kernel = kernel
+        self.name = name or _kernel_name(kern)
+        self.args = list(owner + args)
+        self._kern = kern
+        self._offset = len(owner)
+        self.native, self.fallback_reason = True, None
+        runtime = impl.get_runtime()
+        if runtime.target_tape is not None or runtime.fwd_mode_manager is not None:
+            raise RuntimeError(f"bind({self.name}): a ti.ad.Tape / ti.ad.FwdMode is active; native launches "
+                               "are not recorded by it (use engine.autodiff's tape)")
+        if len(self.args) != len(kern.arguments):
+            raise TypeError(f"{self.name}: {len(kern.arguments) - self._offset} argument(s) needed "
+                            f"but {len(args)} provided")
+        if kern.autodiff_mode != AutodiffMode.NONE and impl.current_cfg().opt_level == 0:
+            impl.current_cfg().opt_level = 1  # as Kernel.__call__ does for gradient kernels
+        key = kern.ensure_compiled(*self.args)
+        t_kernel = kern.compiled_kernels[key]
+        prog = runtime.prog
+        self._ctx = t_kernel.make_launch_context()
+        self._slots: list[_Slot | None] = []
+        try:
+            self._bind_slots()
+        except Unsupported as why:
+            self._fall_back(str(why))
+            return
+        self._compiled = prog.compile_kernel(prog.config(), prog.get_device_caps(), t_kernel)
+        self._prog_launch = prog.launch_kernel
+        self._arrays = [slot for slot in self._slots if slot is not None and slot.apply is not None]
+        self._writers = [(position - self._offset, slot.write) for position, slot in enumerate(self._slots)
+                         if slot is not None and not slot.is_array]
+        # has_print is known once compiled; both it and returned values need a sync (as the plain call).
+        self._returns = kern.return_type
+        self.launch: Callable[[], Any] = self._make_launch(kern.has_print or bool(self._returns))
+
+    def _bind_slots(self) -> None:
+        host_arrays = impl.current_cfg().arch in (ti.x64, ti.arm64)  # see _Slot._array_writer
+        index = 0
+        for argument, value in zip(self._kern.arguments, self.args):
+            if isinstance(argument.annotation, template):
+                self._slots.append(None)
+                continue
+            if index >= MAX_ARGS:
+                raise ti.TaichiRuntimeError(f"{self.name}: more than {MAX_ARGS} non-template arguments")
+            slot = _Slot(self._ctx, index, argument.name, argument.annotation, value, host_arrays)
+            slot.write(value)
+            self._slots.append(slot)
+            index += 1
+
+    def _fall_back(self, reason: str) -> None:
+        self.native, self.fallback_reason = False, reason
+        if (self.name, reason) not in _warned:
+            _warned.add((self.name, reason))
+            log.warning("native dispatch: %s falls back to the plain call: %s", self.name, reason)
+        kern = self._kern
+        self.launch = lambda: kern(*self.args)
+
+    def _make_launch(self, syncs: bool) -> Callable[[], Any]:
+        launch = functools.partial(self._prog_launch, self._compiled, self._ctx)
+        if not self._arrays and not syncs:
+            return launch  # the common case: one C call, nothing in Python around it
+        arrays, returns, kern, ctx = self._arrays, self._returns, self._kern, self._ctx
+
+        def launch_and_sync() -> Any:
+            for slot in arrays:
+                slot.apply()  # type: ignore[misc]
+            launch()
+            if not syncs:
+                return None
+            ti.sync()
+            if not returns:
+                return None
+            values = [kern.construct_kernel_ret(ctx, ret_type, (i,)) for i, ret_type in enumerate(returns)]
+            return values[0] if len(values) == 1 else values
+
+        return launch_and_sync
+
+    def __call__(self) -> Any:
+        return self.launch()
+
+    def position(self, name_or_index: str | int) -> int:
+        """The kernel-argument position of a parameter name or index (as in the kernel's signature)."""
+        if isinstance(name_or_index, str):
+            for position, argument in enumerate(self._kern.arguments[self._offset:]):
+                if argument.name == name_or_index:
+                    return position
+            raise KeyError(f"{self.name} has no argument '{name_or_index}'")
+        if not 0 <= name_or_index < len(self.args) - self._offset:
+            raise IndexError(f"{self.name} has no argument {name_or_index}")
+        return name_or_index
+
+    def set(self, name_or_index: str | int, value: Any) -> None:
+        """Change one runtime argument (scalar, vector, matrix, struct or array of the same kind)."""
+        position = self.position(name_or_index) + self._offset
+        if isinstance(self._kern.arguments[position].annotation, template):
+            raise ValueError(f"{self.name}: template argument '{self._kern.arguments[position].name}' "
+                             "selects the compiled kernel; bind again to change it")
+        if self.native:
+            slot = self._slots[position]
+            if slot.is_array:
+                self._check_same_instance(position, value)
+            slot.write(value)
+        self.args[position] = value
+
+    def _check_same_instance(self, position: int, value: Any) -> None:
+        """A new array must compile to the same kernel (dtype, ndim, grad) as the bound one."""
+        mapper, argument = self._kern.mapper, self._kern.arguments[position]
+        old = mapper.extract_arg(self.args[position], argument.annotation, argument.name)
+        new = mapper.extract_arg(value, argument.annotation, argument.name)
+        if old != new:
+            raise ValueError(f"{self.name}: argument '{argument.name}' changes the compiled kernel "
+                             f"({old} -> {new}); bind again")
+
+
+def bind(kernel: Any, *args: Any, name: str | None = None) -> BoundLaunch:
+    """Bind `kernel` (or `kernel.grad`) to `args` once; launch the result with `bound()`."""
+    return BoundLaunch(kernel, *args, name=name)
+
+
+class NativeKernel:
+    """`native(kernel)`: call it like the kernel; each call sets its arguments natively.
+
+    Bindings are cached by the identity of the template and array arguments (which
+    select the compiled kernel and the buffers), so a call with the same fields and
+    arrays and new scalars/vectors costs one context write per changed argument and one
+    launch. (The cached bindings' `args` keep the values they were bound with.)
+    """
+
+    CACHE_SIZE = 32
+
+    def __init__(self, kernel: Any):
+        kern, owner = resolve(kernel)
+        self.kernel, self._kern = kernel, kern
+        self._arity = len(kern.arguments) - len(owner)
+        self._keyed = [i - len(owner) for i, argument in enumerate(kern.arguments)
+                       if i >= len(owner) and isinstance(argument.annotation, (template, ndarray_type.NdarrayType))]
+        self._cache: dict[tuple, BoundLaunch] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        # Hot path, kept flat: one dict lookup, one context write per changed argument, one launch.
+        if len(args) != self._arity:
+            raise TypeError(f"{_kernel_name(self._kern)}: {self._arity} argument(s) needed but {len(args)} provided")
+        keyed = self._keyed
+        key = tuple([id(args[i]) for i in keyed]) if keyed else ()
+        bound = self._cache.get(key)
+        if bound is None:
+            bound = self._bind(key, args)
+        elif bound.native:
+            for position, write in bound._writers:
+                write(args[position])
+        else:
+            bound.args[bound._offset:] = args
+        return bound.launch()
+
+    def _bind(self, key: tuple, args: Sequence[Any]) -> BoundLaunch:
+        if len(self._cache) >= self.CACHE_SIZE:
+            del self._cache[next(iter(self._cache))]  # oldest binding first
+        bound = self._cache[key] = bind(self.kernel, *args)  # holds the keyed objects: ids stay unique
+        return bound
+
+    @property
+    def grad(self) -> "NativeKernel":
+        """The native form of the kernel's Taichi-generated adjoint."""
+        if isinstance(self.kernel, _BoundedDifferentiableMethod):
+            return NativeKernel(self.kernel.grad)
+        return NativeKernel(self._kern.grad)
+
+
+def native(kernel: Any) -> NativeKernel:
+    """A drop-in replacement for calling `kernel` that launches natively (see NativeKernel)."""
+    return NativeKernel(kernel)
+
+
+class LaunchSequence:
+    """Bound launches run back to back: e.g. a whole recorded iteration, forward and backward."""
+
+    def __init__(self, launches: Iterable[BoundLaunch]):
+        self.launches = list(launches)
+        self._calls = tuple(each.launch for each in self.launches)
+
+    def __call__(self) -> None:
+        for call in self._calls:
+            call()
+
+    @property
+    def native(self) -> bool:
+        return all(each.native for each in self.launches)
