@@ -15,6 +15,7 @@ REGISTRY: dict[str, str] = {
     "affine_gradcheck": "engine.affine:run_affine_gradcheck",
     "closest_point": "engine.bvh:run_closest_point",
     "bvh_refit_vs_rebuild": "engine.bvh:run_refit_vs_rebuild",
+    "fit_gradients": "app.scenes.shape_fit:fit_gradients",
 }
 
 
