@@ -13,6 +13,9 @@ import numpy as np
 REGISTRY: dict[str, str] = {
     "affine": "engine.affine:run_affine",
     "affine_gradcheck": "engine.affine:run_affine_gradcheck",
+    "tape_chain": "engine.chain:run_tape_chain",
+    "tape_chain_gradcheck": "engine.chain:run_tape_chain_gradcheck",
+    "sgd_oracle": "engine.sgd_oracle:run_sgd_oracle",
     "closest_point": "engine.bvh:run_closest_point",
     "bvh_refit_vs_rebuild": "engine.bvh:run_refit_vs_rebuild",
     "fit_gradients": "app.scenes.shape_fit:fit_gradients",

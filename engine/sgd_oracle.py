@@ -55,3 +55,17 @@ def run_sgd_oracle(x0: np.ndarray, target: np.ndarray, lr: float = LR, steps: in
     out = {"losses": history.to_numpy(), "x": x.to_numpy(), "tape_entries": np.array(len(tape.entries))}
     group.destroy()
     return out
+
+
+def ratio_noise(losses: np.ndarray, target: np.ndarray, lr: float = LR) -> np.ndarray:
+    """Predicted rms float32 round-off in each step's loss ratio, relative (one value per step).
+
+    Near convergence x ~ x*, and each update x - lr (x - x*) is rounded to the float32
+    spacing u_i of x*_i: an error e_i uniform in [-u_i/2, u_i/2] on the residual d_i.
+    Then L' = (1 - lr)^2 L + (1 - lr) d.e + O(e^2), and d.e has rms |d| u_rms / sqrt(12)
+    with |d| = sqrt(2 L), so the relative ratio error has rms
+    sqrt(2) u_rms / (sqrt(12) (1 - lr) sqrt(L)).
+    """
+    spacing = np.spacing(np.abs(np.asarray(target, np.float32))).astype(np.float64)
+    u_rms = float(np.sqrt(np.mean(spacing ** 2)))
+    return np.sqrt(2.0) * u_rms / (np.sqrt(12.0) * (1.0 - lr) * np.sqrt(losses[:-1]))

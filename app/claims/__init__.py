@@ -6,6 +6,8 @@ records its checks and metrics on the context.
 
 CLAIMS: dict[str, str] = {
     "affine": "app.claims.affine",
+    "tape_chain": "app.claims.tape_chain",
+    "sgd_oracle": "app.claims.sgd_oracle",
     "closest_point": "app.claims.closest_point",
     "launch_overhead": "app.claims.launch_overhead",
 }
