@@ -33,7 +33,7 @@ from engine.fields import FieldGroup
 from engine.kernels import bvh as kernels
 from engine.launch import launch
 
-DEFAULT_LEAF_SIZE = 4
+DEFAULT_LEAF_SIZE = 16  # most faces per leaf; chosen by measurement (docs/RESULTS.md)
 
 
 def tree_depth(n_faces: int, leaf_size: int) -> int:
@@ -114,8 +114,8 @@ class TriangleBVH:
 
     def __init__(self, vertices_field, faces_field, leaf_size: int = DEFAULT_LEAF_SIZE,
                  stack_size: int = kernels.STACK_SIZE) -> None:
-        if not 2 <= leaf_size <= 16:
-            raise UserError(f"BVH leaf size must be in 2..16, got {leaf_size}")
+        if not 2 <= leaf_size <= 64:
+            raise UserError(f"BVH leaf size must be in 2..64, got {leaf_size}")
         self.vertices, self.faces = vertices_field, faces_field
         self.leaf_size = leaf_size
         faces_np = faces_field.to_numpy()
@@ -132,6 +132,7 @@ class TriangleBVH:
         self.order = self.group.field(ti.i32, (self.n_faces,))
         self.leaf_start = self.group.field(ti.i32, ((1 << self.depth) + 1,))
         self.tris = self.group.vector(9, ti.f32, (self.n_faces,))
+        self.spheres = self.group.vector(4, ti.f32, (self.n_faces,))
         self.boxes = self.group.vector(6, ti.f32, (self.n_nodes,))
         self.counter = self.group.field(ti.i32, (2,))
         self.group.finalize()
@@ -167,11 +168,12 @@ class TriangleBVH:
 
     def refit(self) -> None:
         """Recompute every box from the current vertices on the device (one launch)."""
-        launch(kernels.refit, self.vertices, self.faces, self.order, self.leaf_start, self.tris, self.boxes, self.depth)
+        launch(kernels.refit, self.vertices, self.faces, self.order, self.leaf_start, self.tris, self.spheres,
+               self.boxes, self.depth)
 
     def query(self, points, out_face, out_bary, out_point, out_dist2, n: int) -> None:
         """Closest point on the mesh for points[0:n], written to the out_* fields (one launch)."""
-        launch(kernels.closest_point_query, points, n, self.tris, self.order, self.leaf_start, self.boxes,
+        launch(kernels.closest_point_query, points, n, self.tris, self.spheres, self.order, self.leaf_start, self.boxes,
                self.depth, out_face, out_bary, out_point, out_dist2, self.counter, self.stack_size)
 
     def _buffers_for(self, n: int) -> QueryBuffers:

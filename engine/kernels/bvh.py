@@ -50,7 +50,7 @@ def _union(a, b):
 
 @ti.kernel
 def refit(vertices: ti.template(), faces: ti.template(), order: ti.template(), leaf_start: ti.template(),
-          tris: ti.template(), boxes: ti.template(), depth: ti.template()):
+          tris: ti.template(), spheres: ti.template(), boxes: ti.template(), depth: ti.template()):
     """Gather triangles into leaf order and recompute every box bottom-up from `vertices`.
 
     One parallel loop over leaves, then one per level up to the root (the static loop
@@ -64,6 +64,9 @@ def refit(vertices: ti.template(), faces: ti.template(), order: ti.template(), l
             f = faces[order[t]]
             a, b, c = vertices[f[0]], vertices[f[1]], vertices[f[2]]
             tris[t] = ti.Vector([a[0], a[1], a[2], b[0], b[1], b[2], c[0], c[1], c[2]])
+            centre = (a + b + c) / 3.0
+            radius = ti.sqrt(ti.max(ti.max((a - centre).norm_sqr(), (b - centre).norm_sqr()), (c - centre).norm_sqr()))
+            spheres[t] = ti.Vector([centre[0], centre[1], centre[2], radius * (1.0 + 1e-6)])
             lo = ti.min(ti.min(a, b), c)
             hi = ti.max(ti.max(a, b), c)
             box = _union(box, ti.Vector([lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]]))
@@ -74,7 +77,7 @@ def refit(vertices: ti.template(), faces: ti.template(), order: ti.template(), l
 
 
 @ti.kernel
-def closest_point_query(points: ti.template(), n: ti.i32, tris: ti.template(), order: ti.template(),
+def closest_point_query(points: ti.template(), n: ti.i32, tris: ti.template(), spheres: ti.template(), order: ti.template(),
                         leaf_start: ti.template(), boxes: ti.template(), depth: ti.template(),
                         out_face: ti.template(), out_bary: ti.template(), out_point: ti.template(),
                         out_dist2: ti.template(), counters: ti.template(), stack_size: ti.template()):
@@ -89,6 +92,7 @@ def closest_point_query(points: ti.template(), n: ti.i32, tris: ti.template(), o
     for q in range(n):
         p = points[q]
         best = _INF
+        best_dist = _INF
         best_slot = -1
         best_bary = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
         best_point = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
@@ -118,11 +122,15 @@ def closest_point_query(points: ti.template(), n: ti.i32, tris: ti.template(), o
                 if node_dist < best:  # a leaf worth testing
                     k = node - first_leaf
                     for t in range(leaf_start[k], leaf_start[k + 1]):
-                        a, b, c = _corners(tris[t])
-                        point, bary = closest_point_on_triangle(p, a, b, c)
-                        d2 = (p - point).norm_sqr()
-                        if d2 < best:
-                            best, best_slot, best_bary, best_point = d2, t, bary, point
+                        sphere = spheres[t]
+                        reach = best_dist + sphere[3]
+                        if (p - ti.Vector([sphere[0], sphere[1], sphere[2]])).norm_sqr() < reach * reach:
+                            a, b, c = _corners(tris[t])
+                            point, bary = closest_point_on_triangle(p, a, b, c)
+                            d2 = (p - point).norm_sqr()
+                            if d2 < best:
+                                best, best_slot, best_bary, best_point = d2, t, bary, point
+                                best_dist = ti.sqrt(d2)
                 if sp == 0:
                     break
                 sp -= 1
