@@ -1,4 +1,8 @@
 """The tape: reverse pass on a chain, custom steps, pause, hazards, reuse, and the chain on every backend."""
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import taichi as ti
@@ -316,3 +320,16 @@ def test_chain_on_cpu_and_vulkan_agree_with_the_analytic_gradient():
         assert list(out["launches"]) == ["affine", "sin_map", "sum_into"], arch
         assert np.abs(out["dx"] - expected).max() < 1e-5, arch
     np.testing.assert_allclose(outs["cpu"]["dx"], outs["vulkan"]["dx"], rtol=0, atol=1e-6)
+
+
+def test_headless_tape_chain_and_sgd_oracle(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "app", "--headless", "--only", "tape_chain,sgd_oracle", "--arch",
+                             "cpu", "--parity-arch", "vulkan", "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "TAPE_CHAIN ACCEPTANCE PASSED" in result.stdout and "SGD_ORACLE ACCEPTANCE PASSED" in result.stdout
+    claims = {claim["name"]: claim for claim in json.loads((tmp_path / "report.json").read_text())["claims"]}
+    assert set(claims["tape_chain"]["metrics"]) == {"max_abs_err", "parity_max_abs_err"}
+    assert set(claims["sgd_oracle"]["metrics"]) == {"orders", "max_ratio_dev", "final_loss"}
+    assert claims["tape_chain"]["metrics"]["max_abs_err"] < 1e-5
+    assert claims["sgd_oracle"]["metrics"]["orders"] >= 8.5
