@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -333,3 +334,14 @@ def test_headless_tape_chain_and_sgd_oracle(tmp_path):
     assert set(claims["sgd_oracle"]["metrics"]) == {"orders", "max_ratio_dev", "final_loss"}
     assert claims["tape_chain"]["metrics"]["max_abs_err"] < 1e-5
     assert claims["sgd_oracle"]["metrics"]["orders"] >= 8.5
+
+
+def test_the_docstring_example_runs(ti_cpu):
+    import engine.autodiff.tape as module
+
+    lines = module.__doc__.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("    import"))
+    end = next(i for i in range(start, len(lines)) if lines[i] and not lines[i].startswith("    "))
+    namespace: dict = {}
+    exec(textwrap.dedent("\n".join(lines[start:end])), namespace)
+    assert namespace["tape"].entries == [] and namespace["x"].grad.to_numpy().max() == 0.0

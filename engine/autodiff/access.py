@@ -15,7 +15,9 @@ from it without a sound; the analysis runs once per kernel (cached) on its Pytho
 
 Anything else done with a parameter (passing it to an unknown callable) makes it
 "opaque": the tape then refuses to record the launch with that argument and says so,
-and `declare_access` states the sets by hand for such a kernel.
+and `declare_access` states the sets by hand for such a kernel. Only parameters are
+tracked: a field a kernel reaches as a Python global is invisible to the tape (pass
+differentiated data as arguments, as every kernel in engine/kernels does).
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from typing import Any, Callable, Iterable
 
 _ACCUMULATE = {"atomic_add", "atomic_sub"}
 _READ_WRITE_ATOMICS = {"atomic_min", "atomic_max", "atomic_and", "atomic_or", "atomic_xor"}
-_NO_ACCESS = {"grouped", "ndrange", "len", "range", "loop_config", "print", "static_print", "isinstance", "hasattr", "type"}
+_NO_ACCESS = {"grouped", "ndrange", "len", "range", "loop_config", "print", "static_print", "isinstance", "hasattr",
+              "type"}
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,7 @@ class _Visitor(ast.NodeVisitor):
         self.reads |= mapped(access.reads)
         self.writes |= mapped(access.writes)
         self.accumulates |= mapped(access.accumulates)
+        self.overwrites |= mapped(access.writes - access.accumulates)
         self.opaque |= mapped(access.opaque)
         self.visit(node.func)
 
