@@ -5,7 +5,10 @@ import importlib
 
 from engine.errors import UserError
 
-BENCHMARKS: dict[str, str] = {}  # name -> "module:function", e.g. "launch": "bench.launch:main"
+BENCHMARKS: dict[str, str] = {  # name -> "module:function"
+    "launch": "bench.launch:main",
+    "closest": "bench.closest:main",
+}
 
 
 def main(argv: list[str]) -> int:
