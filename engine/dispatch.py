@@ -16,6 +16,9 @@ This module does that work once:
 
     LaunchSequence([b1, b2, b1_grad])()   # a prepared sequence (a whole iteration)
 
+    call(kernel, *args)           # = native(kernel)(*args), native forms cached per kernel:
+                                  # engine.launch.dispatch runs every launch through it
+
 What a binding fixes and what it re-applies:
 - Template arguments (fields, `ti.template()`) select the compiled kernel; they are
   fixed at bind time (`set` refuses them: bind again).
@@ -419,6 +422,25 @@ class NativeKernel:
 def native(kernel: Any) -> NativeKernel:
     """A drop-in replacement for calling `kernel` that launches natively (see NativeKernel)."""
     return NativeKernel(kernel)
+
+
+_natives: dict[int, tuple[Any, NativeKernel]] = {}  # id(kernel) -> (kernel kept alive, its native form)
+
+
+def call(kernel: Any, *args: Any) -> Any:
+    """Launch `kernel(*args)` natively: what `engine.launch.dispatch` runs for every launch.
+
+    Kernels (and their `.grad`) are long-lived, so their native forms are cached by
+    identity; a data-oriented method (a new object per attribute access) is resolved
+    to its `Kernel` and owner each time.
+    """
+    entry = _natives.get(id(kernel))
+    if entry is None:
+        kern, owner = resolve(kernel)
+        if owner:
+            return call(kern, *owner, *args)
+        entry = _natives[id(kernel)] = (kernel, NativeKernel(kern))
+    return entry[1](*args)
 
 
 class LaunchSequence:

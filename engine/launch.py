@@ -21,7 +21,10 @@ members they must have (`Recorder`), so it imports nothing of the tape.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Protocol, Sequence
+
+from engine.dispatch import call as native_call
 
 
 class Recorder(Protocol):
@@ -36,7 +39,15 @@ class Recorder(Protocol):
                       reads: Sequence[Any], writes: Sequence[Any]) -> Any: ...
 
 
-_recorders: list[Recorder] = []  # innermost active `with tape:` last
+class _Stack(threading.local):
+    """Active recorders, innermost last; per thread, so a fit taping in a background thread
+    never records the UI thread's launches."""
+
+    def __init__(self) -> None:
+        self.recorders: list[Recorder] = []
+
+
+_stack = _Stack()
 
 
 def kernel_name(kernel: Callable) -> str:
@@ -47,13 +58,18 @@ def kernel_name(kernel: Callable) -> str:
 
 
 def dispatch(kernel: Callable, args: Sequence[Any]) -> None:
-    """Run one compiled kernel (primal or adjoint) now. The only place a kernel is called."""
-    kernel(*args)
+    """Run one compiled kernel (primal or adjoint) now. The only place a kernel is called.
+
+    Natively (engine.dispatch.call): the compiled kernel is launched through Taichi's
+    runtime with a cached launch context, bit-identical to `kernel(*args)`.
+    """
+    native_call(kernel, *args)
 
 
 def launch(kernel: Callable, *args: Any, name: str | None = None) -> None:
     """Launch `kernel(*args)`; the innermost active tape (if recording) records it."""
-    recorder = _recorders[-1] if _recorders else None
+    recorders = _stack.recorders
+    recorder = recorders[-1] if recorders else None
     if recorder is not None and recorder.recording:
         recorder.record(kernel, args, name or kernel_name(kernel))
     else:
@@ -69,7 +85,8 @@ def custom(name: str, forward: Callable[[], None], backward: Callable[[], None],
     reverse pass. `reads`/`writes` list the fields the forward reads and writes, for
     the tape's hazard checks and `zero_grad`. Outside a tape it just runs `forward()`.
     """
-    recorder = _recorders[-1] if _recorders else None
+    recorders = _stack.recorders
+    recorder = recorders[-1] if recorders else None
     if recorder is not None and recorder.recording:
         recorder.record_custom(name, backward, forward=forward, reads=reads, writes=writes)
     else:
@@ -77,10 +94,11 @@ def custom(name: str, forward: Callable[[], None], backward: Callable[[], None],
 
 
 def push_recorder(recorder: Recorder) -> None:
-    _recorders.append(recorder)
+    _stack.recorders.append(recorder)
 
 
 def pop_recorder(recorder: Recorder) -> None:
-    if not _recorders or _recorders[-1] is not recorder:
-        raise RuntimeError("tapes must be exited in the reverse order they were entered")
-    _recorders.pop()
+    recorders = _stack.recorders
+    if not recorders or recorders[-1] is not recorder:
+        raise RuntimeError("tapes must be exited in the reverse order (and thread) they were entered")
+    recorders.pop()

@@ -305,3 +305,36 @@ def test_data_oriented_kernels_and_their_grads(ti_cpu):
         grads.append((s.loss[None], s.x.grad.to_numpy()))
     assert grads[0][0] == grads[1][0]
     np.testing.assert_array_equal(grads[0][1], grads[1][1])
+
+
+def test_call_is_the_native_form_of_any_kernel_and_its_grad(ti_cpu):
+    """engine.launch.dispatch runs every launch and every replayed adjoint through `call`."""
+    from engine.dispatch import NativeKernel, _natives, call
+
+    results = []
+    for launch in (lambda k, *a: k(*a), call):
+        s = Scaler()
+        s.x.from_numpy(np.linspace(-1, 1, N).astype(np.float32))
+        s.loss.grad[None] = 1.0
+        f = _field(np.ones(N, np.float32), needs_grad=True)
+        loss = ti.field(ti.f32, (), needs_grad=True)
+        loss.grad[None] = 1.0
+        for w in (0.5, 2.0):
+            launch(s.energy, w)
+            launch(s.energy.grad, w)
+            launch(reduce_sq, f, loss, w)
+            launch(reduce_sq.grad, f, loss, w)
+        results.append([s.loss[None], s.x.grad.to_numpy(), loss[None], f.grad.to_numpy()])
+    for plain, fast in zip(*results):
+        np.testing.assert_array_equal(fast, plain)
+    assert isinstance(_natives[id(reduce_sq.grad)][1], NativeKernel)
+
+
+def test_launch_dispatches_natively(ti_cpu):
+    from engine.dispatch import _natives
+    from engine.launch import launch
+
+    g = _field(n=3)
+    launch(copy_vector, g, ti.math.vec3(1.0, 2.0, 3.0))
+    np.testing.assert_array_equal(g.to_numpy()[3], [1.0, 2.0, 3.0])
+    assert _natives[id(copy_vector)][1]._cache, "engine.launch did not go through native dispatch"
