@@ -89,6 +89,46 @@ def grad_of(buffer: Any) -> Any:
     return grad
 
 
+def _launch_accesses(kernel: Callable, args: tuple, label: str) -> tuple[list, list]:
+    """The buffers a launch reads and writes, as (buffer, argument) and (buffer, argument, accumulate only).
+
+    Raises for hazard (3), one field passed as two arguments of which one is written, and
+    for a buffer argument the source analysis cannot follow.
+    """
+    access = kernel_access(kernel)
+    reads: list[tuple[Any, str]] = []
+    writes: list[tuple[Any, str, bool]] = []
+    by_buffer: dict[int, list[str]] = {}
+    for param, arg in zip(access.params, args):
+        if not _is_buffer(arg):
+            continue
+        if param in access.opaque:
+            raise TapeHazardError(
+                f"{label}: cannot tell whether kernel {kernel_name(kernel)} reads or writes argument '{param}' "
+                f"(it is used where the source analysis cannot follow it); state it with "
+                f"engine.autodiff.access.declare_access({kernel_name(kernel)}, reads=..., writes=...)")
+        by_buffer.setdefault(id(arg), []).append(param)
+        grad_path = f"{param}.grad"
+        touched = [(param, arg)]
+        if grad_path in access.reads or grad_path in access.writes:  # rare: only hand-written adjoints
+            touched.append((grad_path, grad_of(arg)))
+        for path, buffer in touched:
+            if buffer is None:
+                continue
+            if path in access.reads:
+                reads.append((buffer, path))
+            if path in access.writes:
+                writes.append((buffer, path, path in access.accumulates))
+    written = {path for _, path, _ in writes}
+    for params in by_buffer.values():
+        if len(params) > 1 and written & set(params):
+            raise TapeHazardError(
+                f"{label}: the same field is passed as arguments {', '.join(repr(p) for p in params)} and "
+                f"'{sorted(written & set(params))[0]}' is written; Taichi's adjoint would mix the two roles. "
+                f"Pass a separate output field")
+    return reads, writes
+
+
 class Tape:
     """A tape of kernel launches; see the module docstring for an example."""
 
@@ -131,34 +171,22 @@ class Tape:
     def record(self, kernel: Callable, args: tuple, name: str) -> None:
         """Check `kernel(*args)` for hazards, run it, and append it (called by `launch`)."""
         label = f"launch #{len(self.entries)} '{name}'"
-        access = kernel_access(kernel)
-        reads: list[tuple[Any, str]] = []
-        writes: list[tuple[Any, str, bool]] = []  # (buffer, argument, accumulate only)
-        by_buffer: dict[int, list[str]] = {}
-        for param, arg in zip(access.params, args):
-            if not _is_buffer(arg):
-                continue
-            if param in access.opaque:
-                raise TapeHazardError(
-                    f"{label}: cannot tell whether kernel {kernel_name(kernel)} reads or writes argument '{param}' "
-                    f"(it is used where the source analysis cannot follow it); state it with "
-                    f"engine.autodiff.access.declare_access({kernel_name(kernel)}, reads=..., writes=...)")
-            by_buffer.setdefault(id(arg), []).append(param)
-            for path in (param, f"{param}.grad"):
-                buffer = arg if path == param else grad_of(arg)
-                if buffer is None:
-                    continue
-                if path in access.reads:
-                    reads.append((buffer, path))
-                if path in access.writes:
-                    writes.append((buffer, path, path in access.accumulates))
-        written = {path for _, path, _ in writes}
-        for params in by_buffer.values():
-            if len(params) > 1 and written & set(params):
-                raise TapeHazardError(
-                    f"{label}: the same field is passed as arguments {', '.join(repr(p) for p in params)} and "
-                    f"'{sorted(written & set(params))[0]}' is written; Taichi's adjoint would mix the two roles. "
-                    f"Pass a separate output field")
+        reads, writes = _launch_accesses(kernel, args, label)
+        self._check_writes(label, reads, writes)
+        entry = TapeEntry(name, kernel, args)
+        entry.forward_s = self._timed(dispatch, kernel, args)  # a launch Taichi rejects leaves no trace
+        for buffer, path in reads:
+            self._readers.setdefault(id(buffer), f"{label} (argument '{path}')")
+        for buffer, path, accumulate in writes:
+            if not accumulate:
+                self._writers[id(buffer)] = f"{label} (argument '{path}')"
+        for arg in args:
+            if _is_buffer(arg):
+                self._touched[id(arg)] = arg
+        self.entries.append(entry)
+
+    def _check_writes(self, label: str, reads: list[tuple[Any, str]], writes: list[tuple[Any, str, bool]]) -> None:
+        """Hazards (1) overwrite after read and (2) a second plain store; see the module docstring."""
         read_here = {path for _, path in reads}
         for buffer, path, accumulate in writes:
             reader = self._readers.get(id(buffer)) or (f"{label} itself" if path in read_here else None)
@@ -171,17 +199,6 @@ class Tape:
                 raise TapeHazardError(
                     f"{label}: argument '{path}' was already written by {self._writers[id(buffer)]}; a second "
                     f"plain store breaks the reverse pass (only accumulation, +=, may follow). Write to a new field")
-        for buffer, path in reads:
-            self._readers.setdefault(id(buffer), f"{label} (argument '{path}')")
-        for buffer, path, accumulate in writes:
-            if not accumulate:
-                self._writers[id(buffer)] = f"{label} (argument '{path}')"
-        for arg in args:
-            if _is_buffer(arg):
-                self._touched[id(arg)] = arg
-        entry = TapeEntry(name, kernel, args)
-        entry.forward_s = self._timed(dispatch, kernel, args)
-        self.entries.append(entry)
 
     def record_custom(self, name: str, backward: Callable[[], None], *, forward: Callable[[], None] | None = None,
                       reads: Iterable[Buffer] = (), writes: Iterable[Buffer] = ()) -> TapeEntry:
