@@ -21,7 +21,6 @@ members they must have (`Recorder`), so it imports nothing of the tape.
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Protocol, Sequence
 
 from engine.dispatch import call as native_call
@@ -39,15 +38,9 @@ class Recorder(Protocol):
                       reads: Sequence[Any], writes: Sequence[Any]) -> Any: ...
 
 
-class _Stack(threading.local):
-    """Active recorders, innermost last; per thread, so a fit taping in a background thread
-    never records the UI thread's launches."""
-
-    def __init__(self) -> None:
-        self.recorders: list[Recorder] = []
-
-
-_stack = _Stack()
+# Active recorders, innermost last. One stack per process: Taichi launches belong to one thread
+# (a launch from a second thread corrupted the CPU backend's SNode-tree bookkeeping when tried here).
+_recorders: list[Recorder] = []
 
 
 def kernel_name(kernel: Callable) -> str:
@@ -68,8 +61,7 @@ def dispatch(kernel: Callable, args: Sequence[Any]) -> None:
 
 def launch(kernel: Callable, *args: Any, name: str | None = None) -> None:
     """Launch `kernel(*args)`; the innermost active tape (if recording) records it."""
-    recorders = _stack.recorders
-    recorder = recorders[-1] if recorders else None
+    recorder = _recorders[-1] if _recorders else None
     if recorder is not None and recorder.recording:
         recorder.record(kernel, args, name or kernel_name(kernel))
     else:
@@ -85,8 +77,7 @@ def custom(name: str, forward: Callable[[], None], backward: Callable[[], None],
     reverse pass. `reads`/`writes` list the fields the forward reads and writes, for
     the tape's hazard checks and `zero_grad`. Outside a tape it just runs `forward()`.
     """
-    recorders = _stack.recorders
-    recorder = recorders[-1] if recorders else None
+    recorder = _recorders[-1] if _recorders else None
     if recorder is not None and recorder.recording:
         recorder.record_custom(name, backward, forward=forward, reads=reads, writes=writes)
     else:
@@ -94,11 +85,10 @@ def custom(name: str, forward: Callable[[], None], backward: Callable[[], None],
 
 
 def push_recorder(recorder: Recorder) -> None:
-    _stack.recorders.append(recorder)
+    _recorders.append(recorder)
 
 
 def pop_recorder(recorder: Recorder) -> None:
-    recorders = _stack.recorders
-    if not recorders or recorders[-1] is not recorder:
-        raise RuntimeError("tapes must be exited in the reverse order (and thread) they were entered")
-    recorders.pop()
+    if not _recorders or _recorders[-1] is not recorder:
+        raise RuntimeError("tapes must be exited in the reverse order they were entered")
+    _recorders.pop()
