@@ -30,7 +30,7 @@ from engine.bvh import TriangleBVH
 from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.kernels import chamfer as k
-from engine.launch import launch
+from engine.launch import custom, launch
 from engine.mesh_io import Mesh
 
 
@@ -125,8 +125,8 @@ class ChamferLoss:
             launch(k.zero_scalar, self.value)
         launch(k.held_point_terms, self.x, self.held_point, self.n_vertices, 1.0 / self.n_vertices, self.terms_a, 0,
                name="chamfer: vertex to held target point")
-        tape.record_custom("chamfer: gather held source corners", self._scatter_corner_grads,
-                           forward=self._gather_corners, reads=[self.x], writes=[self.corners])
+        custom("chamfer: gather held source corners", self._gather_corners, self._scatter_corner_grads,
+               reads=[self.x], writes=[self.corners])
         launch(k.held_face_terms, self.samples, self.corners, self.held_bary, self.n_samples, 1.0 / self.n_samples,
                self.terms_b, 0, name="chamfer: sample to held source triangle")
         for terms, partial in ((self.terms_a, self.partial_a), (self.terms_b, self.partial_b)):

@@ -18,7 +18,7 @@ REGISTRY: dict[str, str] = {
     "sgd_oracle": "engine.sgd_oracle:run_sgd_oracle",
     "closest_point": "engine.bvh:run_closest_point",
     "bvh_refit_vs_rebuild": "engine.bvh:run_refit_vs_rebuild",
-    "fit_gradients": "app.scenes.shape_fit:fit_gradients",
+    "fit_gradient_at": "app.scenes.shape_fit:fit_gradient_at",
 }
 
 

@@ -9,5 +9,7 @@ CLAIMS: dict[str, str] = {
     "tape_chain": "app.claims.tape_chain",
     "sgd_oracle": "app.claims.sgd_oracle",
     "closest_point": "app.claims.closest_point",
+    "chamfer_adam": "app.claims.chamfer_adam",
+    "real_mesh_fit": "app.claims.real_mesh_fit",
     "launch_overhead": "app.claims.launch_overhead",
 }

@@ -1,0 +1,64 @@
+"""Test helper: a flat-shaded orthographic render of triangle meshes to a PNG, to look at fits.
+
+Not product code: a numpy z-buffer rasteriser good enough to see whether a fitted
+mesh has the target's shape (tests and result write-ups use it; the app has its own views).
+"""
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+
+
+def _rotation(yaw: float, pitch: float) -> np.ndarray:
+    cy, sy, cp, sp = np.cos(yaw), np.sin(yaw), np.cos(pitch), np.sin(pitch)
+    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
+    rx = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
+    return rx @ ry
+
+
+def render(vertices: np.ndarray, faces: np.ndarray, size: int = 320, yaw: float = 0.6, pitch: float = -0.35,
+           colour=(200, 170, 120)) -> Image.Image:
+    """Flat-shaded render, camera looking down -z after rotating the mesh by yaw then pitch."""
+    v = (np.asarray(vertices, float) - (vertices.max(0) + vertices.min(0)) / 2) @ _rotation(yaw, pitch).T
+    scale = 0.45 * size / np.abs(v[:, :2]).max()
+    px = v[:, 0] * scale + size / 2
+    py = -v[:, 1] * scale + size / 2
+    depth = np.full((size, size), -np.inf)
+    image = np.full((size, size, 3), 255.0)
+    light = np.array([0.3, 0.5, 0.8]) / np.linalg.norm([0.3, 0.5, 0.8])
+    a, b, c = (v[faces[:, k]] for k in range(3))
+    normal = np.cross(b - a, c - a)
+    normal /= np.maximum(np.linalg.norm(normal, axis=1, keepdims=True), 1e-12)
+    shade = 0.25 + 0.75 * np.abs(normal @ light)
+    ys, xs = np.mgrid[0:size, 0:size] + 0.5
+    for f, (i, j, k) in enumerate(faces):
+        x0, y0, x1, y1, x2, y2 = px[i], py[i], px[j], py[j], px[k], py[k]
+        lo_x, hi_x = int(max(min(x0, x1, x2), 0)), int(min(max(x0, x1, x2) + 1, size))
+        lo_y, hi_y = int(max(min(y0, y1, y2), 0)), int(min(max(y0, y1, y2) + 1, size))
+        if lo_x >= hi_x or lo_y >= hi_y:
+            continue
+        X, Y = xs[lo_y:hi_y, lo_x:hi_x], ys[lo_y:hi_y, lo_x:hi_x]
+        den = (y1 - y2) * (x0 - x2) + (x2 - x1) * (y0 - y2)
+        if abs(den) < 1e-12:
+            continue
+        w0 = ((y1 - y2) * (X - x2) + (x2 - x1) * (Y - y2)) / den
+        w1 = ((y2 - y0) * (X - x2) + (x0 - x2) * (Y - y2)) / den
+        w2 = 1 - w0 - w1
+        inside = (w0 >= 0) & (w1 >= 0) & (w2 >= 0)
+        z = w0 * v[i, 2] + w1 * v[j, 2] + w2 * v[k, 2]
+        region = depth[lo_y:hi_y, lo_x:hi_x]
+        nearer = inside & (z > region)
+        region[nearer] = z[nearer]
+        image[lo_y:hi_y, lo_x:hi_x][nearer] = np.array(colour) * shade[f]
+    return Image.fromarray(image.astype(np.uint8))
+
+
+def side_by_side(meshes: list[tuple[np.ndarray, np.ndarray]], path: str, **kwargs) -> None:
+    """Render each (vertices, faces) and save them in a row as one PNG."""
+    images = [render(v, f, **kwargs) for v, f in meshes]
+    row = Image.new("RGB", (sum(i.width for i in images), images[0].height), "white")
+    x = 0
+    for image in images:
+        row.paste(image, (x, 0))
+        x += image.width
+    row.save(path)

@@ -1,0 +1,90 @@
+"""Shape fit: a short fit lowers the loss, the CLI writes its outputs and refuses bad flags in one
+line, export maps back to the file's coordinates, and gradients agree across backends (workers)."""
+import json
+
+import numpy as np
+import pytest
+
+from app.cli import main as cli_main
+from app.scenes.shape_fit import ShapeFit, fit_gradient_at, load_target
+from engine.mesh_io import load_mesh, write_obj
+from engine.meshgen import icosphere
+from tests.conftest import backend_worker
+
+
+def test_short_fit_lowers_the_loss(ti_cpu):
+    fit = ShapeFit("blob", subdiv=1, lr=0.02, smooth=0.1, n_samples=512)
+    for _ in range(25):
+        fit.step()
+    assert fit.iteration == 25 and len(fit.losses) == 25
+    assert fit.losses[-1] < 0.2 * fit.losses[0]
+    assert fit.orders() > 0.7 and fit.misses() == 0
+    assert [entry.name for entry in fit.tape.entries][-1] == "chamfer: total"
+    assert fit.vertices().shape == (42, 3) and fit.faces.shape == (80, 3)
+    fit.destroy()
+
+
+def test_export_is_in_the_target_files_coordinates(ti_cpu, tmp_path):
+    v, f = icosphere(2)
+    write_obj(tmp_path / "ball.obj", v * 5.0 + [10.0, -3.0, 2.0], f)
+    fit = ShapeFit(tmp_path / "ball.obj", subdiv=1, n_samples=256)
+    assert np.abs(fit.target.vertices).max() == pytest.approx(1.0)
+    fit.export_obj(tmp_path / "out.obj")
+    exported = load_mesh(tmp_path / "out.obj", normalise=False).vertices
+    np.testing.assert_allclose(exported, fit.vertices() * 5.0 + [10.0, -3.0, 2.0], rtol=1e-6, atol=1e-6)
+    fit.destroy()
+
+
+def test_cli_writes_json_obj_frames_and_plot(ti_cpu, tmp_path):
+    code = cli_main(["fit", "--target", "torus", "--subdiv", "1", "--iters", "6", "--samples", "300",
+                     "--smooth", "0.1", "--arch", "cpu", "--out", str(tmp_path), "--dump-every", "3"])
+    assert code == 0
+    record = json.loads((tmp_path / "fit.json").read_text())
+    assert record["arch"] == "cpu" and record["target"] == "torus" and record["iterations"] == 6
+    assert len(record["losses"]) == 6 and record["orders"] == pytest.approx(np.log10(record["losses"][0] / record["losses"][-1]))
+    assert record["wall_s"] > 0 and record["misses"] == 0
+    assert load_mesh(tmp_path / "final.obj").faces.shape == (80, 3)
+    assert sorted(p.name for p in (tmp_path / "frames").iterdir()) == ["iter_00000.obj", "iter_00003.obj"]
+    assert (tmp_path / "loss.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--target", "nosuch"], "unknown target 'nosuch'"),
+    (["--target", "blob", "--subdiv", "6"], "--subdiv must be an integer in 0..5"),
+    (["--target", "blob", "--subdiv", "-1"], "--subdiv must be an integer in 0..5"),
+    (["--target", "blob", "--iters", "0"], "--iters must be at least 1"),
+    (["--target", "blob", "--lr", "-1"], "--lr must be a positive number"),
+    (["--target", "blob", "--smooth", "1.5"], "--smooth must be in 0..1"),
+    (["--target", "missing.obj"], "mesh file missing.obj: not found"),
+])
+def test_cli_bad_flags_are_one_line_exit_2(capsys, flags, words):
+    assert cli_main(["fit", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and words in err and err.count("\n") == 1
+
+
+def test_named_targets_are_normalised():
+    for name in ("blob", "torus", "spot", "blub", "penguin"):
+        mesh = load_target(name)
+        assert np.abs(mesh.vertices).max() == pytest.approx(1.0) and len(mesh.faces) > 1000
+
+
+def _state(seed: int) -> np.ndarray:
+    v, _ = icosphere(1)
+    return (v * (0.9 + 0.2 * np.random.default_rng(seed).random((len(v), 1)))).astype(np.float32)
+
+
+@pytest.mark.parametrize("arch", ["vulkan"])
+def test_gradients_agree_across_backends_and_repeat_bit_for_bit(ti_cpu, arch):
+    inputs = dict(target=np.array("blob"), subdiv=np.array(1), n_samples=np.array(300), seed=np.array(0))
+    worker = backend_worker(arch)
+    for seed in (0, 1):
+        here = fit_gradient_at(vertices=_state(seed), **inputs)
+        there = worker.call("fit_gradient_at", vertices=_state(seed), **inputs)
+        again = worker.call("fit_gradient_at", vertices=_state(seed), **inputs)
+        np.testing.assert_array_equal(again["grad"], there["grad"])
+        assert again["loss"] == there["loss"]
+        scale = np.abs(here["grad"]).max()
+        assert np.abs(here["grad"] - there["grad"]).max() <= 1e-4 * scale
+        assert there["loss"] == pytest.approx(here["loss"], rel=1e-5)
+        assert int(there["misses"]) == 0
