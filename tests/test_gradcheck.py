@@ -79,3 +79,32 @@ def test_float32_fields_are_refused(ti_cpu):
 def test_compare_gradients_reports_the_worst_element():
     report = compare_gradients(np.array([[1.0, 2.0], [3.0, 4.5]]), np.array([[1.0, 2.0], [3.0, 4.0]]))
     assert not report.passed and report.worst_index == (1, 1) and report.max_abs_err == 0.5
+
+
+def l2_gradcheck_here(x: np.ndarray, target: np.ndarray) -> dict:
+    """gradcheck of l2_loss over vector fields on whichever backend runs this (a worker)."""
+    group = FieldGroup()
+    xf = group.vector(3, ti.f64, (len(x),), needs_grad=True)
+    tf = group.vector(3, ti.f64, (len(x),), needs_grad=True)
+    loss = group.field(ti.f64, (), needs_grad=True)
+    group.finalize()
+    xf.from_numpy(x)
+    tf.from_numpy(target)
+
+    def forward() -> None:
+        loss.fill(0)
+        launch(l2_loss, xf, tf, loss)
+
+    report = gradcheck(forward, [xf, tf], loss, eps=1e-6, atol=1e-8, rtol=1e-7)
+    group.destroy()
+    return {"passed": np.array(report.passed), "max_abs_err": np.array(report.max_abs_err)}
+
+
+def test_gradcheck_runs_in_float64_on_vulkan():
+    """Vulkan has f64 arithmetic (not f64 sin/cos: see docs/ARCHITECTURE.md), enough for the L2 loss."""
+    from tests.conftest import backend_worker
+
+    rng = np.random.default_rng(5)
+    out = backend_worker("vulkan").call("tests.test_gradcheck:l2_gradcheck_here", x=rng.normal(size=(4, 3)),
+                                        target=rng.normal(size=(4, 3)))
+    assert bool(out["passed"]) and float(out["max_abs_err"]) < 1e-8

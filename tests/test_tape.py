@@ -345,3 +345,4 @@ def test_the_docstring_example_runs(ti_cpu):
     namespace: dict = {}
     exec(textwrap.dedent("\n".join(lines[start:end])), namespace)
     assert namespace["tape"].entries == [] and namespace["x"].grad.to_numpy().max() == 0.0
+

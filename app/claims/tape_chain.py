@@ -39,6 +39,8 @@ def run(ctx) -> None:
     ctx.metric(parity_max_abs_err=parity.max_abs_err)
     ctx.check(parity.passed(), f"parity: {a_name} == {b_name} within {PARITY_TOL:g} ({parity.summary()})")
 
-    check = computations.run("tape_chain_gradcheck", x=x[:128])
-    ctx.check(bool(check["passed"]), f"gradcheck (float64 central differences, 128 elements): "
-                                     f"max abs err {float(check['max_abs_err']):.1e}")
+    # SPIR-V (GLSL.std.450) has no float64 sin: the float64 gradcheck runs on an LLVM backend of the two.
+    on_b = ctx.arch == "vulkan"
+    check = (ctx.parity.call if on_b else computations.run)("tape_chain_gradcheck", x=x[:128])
+    ctx.check(bool(check["passed"]), f"gradcheck on {b_name if on_b else a_name} (float64 central differences, "
+                                     f"128 elements): max abs err {float(check['max_abs_err']):.1e}")
