@@ -56,6 +56,7 @@ from taichi.lang._ndarray import Ndarray
 from taichi.lang.field import Field
 
 from engine.autodiff.access import kernel_access
+from engine.autodiff.grad_kernels import fill_value
 from engine.launch import dispatch, kernel_name, pop_recorder, push_recorder
 
 Buffer = Field | Ndarray
@@ -87,6 +88,14 @@ def grad_of(buffer: Any) -> Any:
     if isinstance(grad, Field) and grad._snode.ptr is None:  # declared but never placed
         return None
     return grad
+
+
+def _fill(buffer: Any, value: float) -> None:
+    """Set every element of a gradient on the device (fields by kernel; ndarrays by their own fill)."""
+    if isinstance(buffer, Field):
+        dispatch(fill_value, (buffer, value))
+    else:
+        buffer.fill(value)
 
 
 def _launch_accesses(kernel: Callable, args: tuple, label: str) -> tuple[list, list]:
@@ -240,7 +249,7 @@ class Tape:
             grad = grad_of(loss)
             if grad is None:
                 raise ValueError("tape.backward(loss): the loss has no gradient; allocate it with needs_grad=True")
-            grad.fill(1.0)
+            _fill(grad, 1.0)
         self._replaying = True
         push_recorder(self)  # launches made by custom backwards run unrecorded, even inside another tape
         try:
@@ -258,7 +267,7 @@ class Tape:
         for buffer in self._touched.values():
             grad = grad_of(buffer)
             if grad is not None:
-                grad.fill(0)
+                _fill(grad, 0.0)
 
     def reset(self) -> None:
         """Zero the gradients and forget every entry, ready for the next iteration."""
