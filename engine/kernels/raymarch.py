@@ -1,0 +1,492 @@
+"""The ray-marched robot-arm scene: signed distances, materials, shading, one kernel.
+
+Everything the scene needs per frame (camera basis, the arm's joint positions from
+forward kinematics, the moving tile's pose) arrives in one small float32 ndarray
+(`params`, layout `P_*` below); geometry that never moves is written here as
+constants. So a new frame or a new resolution never recompiles the kernel: image
+buffers are ndarrays and only their shapes change.
+
+Written for cross-backend parity (LLVM on cpu/cuda vs SPIR-V through Mesa's NIR on
+vulkan), from measurements on this scene:
+- Only correctly rounded IEEE operations are used on the device: + - * /, sqrt,
+  min/max/abs/floor/select. No sin/cos/exp/pow/atan2/log: each backend ships its own
+  approximations of those and they differ in the last bits (exp and pow by up to
+  ~6e-6 relative), which then flips march and shadow decisions. Rotations arrive as
+  precomputed cos/sin or matrices; specular powers are repeated squaring; fog and
+  tone mapping are rational functions.
+- NIR rewrites `a*b + a*c` into `a*(b + c)` and folds chains of constants
+  (`(x + c1) + c2 -> x + (c1 + c2)`), which LLVM without fast-math does not. The
+  code below keeps constants pre-combined and avoids shared factors in sums where it
+  matters; what remains is measured by the `raymarch_parity` claim.
+- Silhouettes are the one place where a last-bit difference could change a pixel
+  completely (hit vs miss). The march records its closest approach in units of the
+  pixel's footprint and blends the hit colour over the background with a smooth
+  coverage of that ratio, so a tiny difference in distance gives a tiny difference in
+  colour (and the edges come out anti-aliased).
+"""
+import taichi as ti
+
+vec2 = ti.math.vec2
+vec3 = ti.math.vec3
+
+# ---- parameter layout (float32 slots; engine/render.py packs them) ----
+P_CAM_POS = 0  # camera position (3)
+P_CAM_RIGHT = 3  # right axis scaled by tan(fov/2) * aspect (3)
+P_CAM_UP = 6  # up axis scaled by tan(fov/2) (3)
+P_CAM_FWD = 9  # forward axis (3)
+P_BASE = 12  # arm base x, z, cos(yaw), sin(yaw)
+P_SHOULDER = 16  # joint positions in the arm's plane: (forward distance, height) each
+P_ELBOW = 18
+P_WRIST = 20
+P_TOOL = 22  # cos, sin of the tool's pitch in the arm's plane
+P_GRIP = 24  # lateral offset of each finger from the tool axis
+P_TILE_POS = 25  # moving tile centre (3)
+P_TILE_ROT = 28  # moving tile rotation, world -> tile rows (9)
+P_PIXEL = 38  # angular size of one pixel (for coverage)
+N_PARAMS = 40
+
+# ---- scene constants (metres; y is up; the sign faces +z) ----
+TABLE_TOP = 0.8
+TILE_HALF = (0.18, 0.23, 0.035)
+TILE_ROUND = 0.02
+SLOT_SPACING = 0.5
+SLOT_X0 = -1.5  # x of slot 0
+ROW_Z = -0.2
+TILE_Y = TABLE_TOP + TILE_HALF[1]
+N_SLOTS = 7
+WORD = "SHANNON"
+GLYPH = {"S": 0, "H": 1, "A": 2, "N": 3, "O": 4}
+SLOT_GLYPHS = tuple(GLYPH[c] for c in WORD)
+MOVING_SLOT = 2  # the tile that fell: the A
+TCP_OFFSET = 0.26  # wrist joint to the tool centre point (between the fingertips)
+
+MAX_STEPS = 160
+SHADOW_STEPS = 48
+T_MAX = 30.0
+HIT_EPS = 2e-4  # hit when distance < HIT_EPS * t
+
+# materials
+M_SKY, M_FLOOR, M_TABLE, M_TILE, M_LETTER, M_PAINT, M_JOINT, M_STEEL, M_PEDESTAL = range(9)
+
+# S glyph: two 240-degree arcs (iq's sdArc: symmetric about +y, gap around -y),
+# rotated so the upper bowl opens to the lower right and the lower bowl to the upper left.
+_S_R = 0.08
+_S_SC = (0.8660254037844386, -0.5)  # sin, cos of the half aperture (120 degrees)
+_S_TOP_ROT = (0.5, -0.8660254037844386)  # cos, sin of -60 degrees
+_S_BOT_ROT = (-0.5, 0.8660254037844386)  # cos, sin of +120 degrees
+STROKE = 0.03
+
+
+@ti.dataclass
+class Scene:
+    base: ti.math.vec4  # x, z, cos(yaw), sin(yaw)
+    shoulder: vec2
+    elbow: vec2
+    wrist: vec2
+    tool: vec2  # cos, sin of tool pitch
+    grip: ti.f32
+    tile_pos: vec3
+    tile_rot: ti.math.mat3
+
+
+@ti.func
+def load_scene(prm: ti.template()) -> Scene:
+    s = Scene()
+    s.base = ti.math.vec4(prm[P_BASE], prm[P_BASE + 1], prm[P_BASE + 2], prm[P_BASE + 3])
+    s.shoulder = vec2(prm[P_SHOULDER], prm[P_SHOULDER + 1])
+    s.elbow = vec2(prm[P_ELBOW], prm[P_ELBOW + 1])
+    s.wrist = vec2(prm[P_WRIST], prm[P_WRIST + 1])
+    s.tool = vec2(prm[P_TOOL], prm[P_TOOL + 1])
+    s.grip = prm[P_GRIP]
+    s.tile_pos = vec3(prm[P_TILE_POS], prm[P_TILE_POS + 1], prm[P_TILE_POS + 2])
+    for r in ti.static(range(3)):
+        for c in ti.static(range(3)):
+            s.tile_rot[r, c] = prm[P_TILE_ROT + 3 * r + c]
+    return s
+
+
+# ---------------------------------------------------------------- primitives
+@ti.func
+def sd_box(p: vec3, half: vec3) -> ti.f32:
+    q = ti.abs(p) - half
+    return ti.max(q, 0.0).norm() + ti.min(ti.max(q.x, ti.max(q.y, q.z)), 0.0)
+
+
+@ti.func
+def sd_segment2(p: vec2, a: vec2, b: vec2) -> ti.f32:
+    pa = p - a
+    ba = b - a
+    h = ti.math.clamp(pa.dot(ba) / ba.dot(ba), 0.0, 1.0)
+    return (pa - ba * h).norm()
+
+
+@ti.func
+def extrude(d2: ti.f32, z: ti.f32, half: ti.f32) -> ti.f32:
+    """Exact distance to a 2D shape (distance d2) extruded over |z| <= half."""
+    w = vec2(d2, ti.abs(z) - half)
+    return ti.min(ti.max(w.x, w.y), 0.0) + ti.max(w, 0.0).norm()
+
+
+@ti.func
+def sd_arc(p: vec2, ra: ti.f32) -> ti.f32:
+    """Centre line of a 240-degree arc of radius ra (gap around -y)."""
+    q = vec2(ti.abs(p.x), p.y)
+    d = ti.abs(q.norm() - ra)
+    if _S_SC[1] * q.x > _S_SC[0] * q.y:
+        d = (q - vec2(_S_SC[0] * ra, _S_SC[1] * ra)).norm()
+    return d
+
+
+@ti.func
+def rot2(p: vec2, cs: ti.template()) -> vec2:
+    return vec2(cs[0] * p.x - cs[1] * p.y, cs[1] * p.x + cs[0] * p.y)
+
+
+@ti.func
+def glyph(g: ti.i32, p: vec2) -> ti.f32:
+    """Distance to the centre lines of letter g's strokes (tile-local xy)."""
+    d = 0.0
+    if g == 0:  # S
+        top = rot2(p - vec2(0.0, _S_R), _S_TOP_ROT)
+        bot = rot2(p + vec2(0.0, _S_R), _S_BOT_ROT)
+        d = ti.min(sd_arc(top, _S_R), sd_arc(bot, _S_R))
+    elif g == 1:  # H
+        q = vec2(ti.abs(p.x), p.y)
+        d = ti.min(sd_segment2(q, vec2(0.1, -0.155), vec2(0.1, 0.155)),
+                   sd_segment2(p, vec2(-0.1, 0.0), vec2(0.1, 0.0)))
+    elif g == 2:  # A
+        q = vec2(ti.abs(p.x), p.y)
+        d = ti.min(sd_segment2(q, vec2(0.0, 0.155), vec2(0.115, -0.155)),
+                   sd_segment2(p, vec2(-0.062, -0.04), vec2(0.062, -0.04)))
+    elif g == 3:  # N
+        q = vec2(ti.abs(p.x), p.y)
+        d = ti.min(sd_segment2(q, vec2(0.1, -0.155), vec2(0.1, 0.155)),
+                   sd_segment2(p, vec2(-0.1, 0.155), vec2(0.1, -0.155)))
+    else:  # O: outline of a stadium
+        d = ti.abs(sd_segment2(p, vec2(0.0, -0.065), vec2(0.0, 0.065)) - 0.095)
+    return d
+
+
+@ti.func
+def sd_tile(u: vec3, g: ti.i32) -> vec2:
+    """A letter tile in its local frame: (distance, material). The letter stands proud of both faces."""
+    slab = sd_box(u, vec3(TILE_HALF[0] - TILE_ROUND, TILE_HALF[1] - TILE_ROUND,
+                          TILE_HALF[2] - TILE_ROUND)) - TILE_ROUND
+    letter = extrude(glyph(g, vec2(u.x, u.y)) - (STROKE - 0.008), u.z, TILE_HALF[2] + 0.007) - 0.008
+    res = vec2(slab, M_TILE)
+    if letter < slab:
+        res = vec2(letter, M_LETTER)
+    return res
+
+
+@ti.func
+def closer(a: vec2, b: vec2) -> vec2:
+    res = a
+    if b.x < a.x:
+        res = b
+    return res
+
+
+# ---------------------------------------------------------------- scene parts
+@ti.func
+def sd_table(p: vec3) -> ti.f32:
+    top = sd_box(p - vec3(0.0, TABLE_TOP - 0.025, 0.0), vec3(1.94, 0.015, 0.59)) - 0.01
+    leg = sd_box(vec3(ti.abs(p.x) - 1.8, p.y - 0.375, ti.abs(p.z) - 0.48), vec3(0.035, 0.375, 0.035)) - 0.008
+    return ti.min(top, leg)
+
+
+@ti.func
+def slot_glyph(i: ti.i32) -> ti.i32:
+    g = 0
+    for s in ti.static(range(N_SLOTS)):
+        if i == s:
+            g = SLOT_GLYPHS[s]
+    return g
+
+
+@ti.func
+def sd_tiles(p: vec3, s: Scene) -> vec2:
+    """The standing tiles and the moving one, with one inlined tile SDF for all of them.
+
+    Tiles repeat along x, so only the two slots around p.x can hold the nearest standing
+    tile; the third candidate is the moving tile. Far from all of them, the distance to
+    their bounding volumes stands in (it is never larger than the true distance).
+    """
+    row_bound = sd_box(p - vec3(0.0, TILE_Y, ROW_Z), vec3(1.72, 0.25, 0.06))
+    rel = p - s.tile_pos
+    moving_bound = rel.norm() - 0.32
+    res = vec2(ti.min(row_bound, moving_bound), M_TILE)
+    if res.x < 0.05:
+        res = vec2(1e9, M_TILE)
+        i0 = ti.cast(ti.floor((p.x - SLOT_X0) / SLOT_SPACING), ti.i32)
+        for k in range(3):  # a dynamic loop: one inlined copy of the tile SDF, not three
+            i = i0 + k
+            u = p - vec3(SLOT_X0 + SLOT_SPACING * ti.cast(i, ti.f32), TILE_Y, ROW_Z)
+            g = slot_glyph(i)
+            usable = row_bound < 0.05 and 0 <= i < N_SLOTS and i != MOVING_SLOT
+            if k == 2:
+                u = s.tile_rot @ rel
+                g = SLOT_GLYPHS[MOVING_SLOT]
+                usable = moving_bound < 0.05
+            if usable:
+                res = closer(res, sd_tile(u, g))
+    return res
+
+
+@ti.func
+def sd_arm(p: vec3, s: Scene) -> vec2:
+    """Pedestal, turret and the planar arm, evaluated in the arm's plane coordinates."""
+    dx = p.x - s.base.x
+    dz = p.z - s.base.y
+    radial = vec2(dx, dz).norm()
+    pedestal = extrude(radial - 0.25, p.y - 0.3, 0.3) - 0.02
+    plate = extrude(radial - 0.4, p.y - 0.02, 0.02)
+    res = vec2(ti.min(pedestal, plate), M_PEDESTAL)
+    turret = extrude(radial - 0.2, p.y - 0.72, 0.1) - 0.02
+    res = closer(res, vec2(turret, M_PAINT))
+    fwd = dx * s.base.w + dz * s.base.z  # forward = (sin yaw, cos yaw) in xz
+    lat = dx * s.base.z - dz * s.base.w
+    q = vec2(fwd, p.y)
+    tcp = s.wrist + s.tool * TCP_OFFSET
+    bound = ti.max(ti.min(sd_segment2(q, s.shoulder, s.elbow),
+                          ti.min(sd_segment2(q, s.elbow, s.wrist), sd_segment2(q, s.wrist, tcp))) - 0.2,
+                   ti.abs(lat) - 0.32)
+    if bound < 0.05:
+        bracket = sd_box(vec3(fwd, p.y - 0.9, lat), vec3(0.12, 0.08, 0.15)) - 0.03
+        upper = extrude(sd_segment2(q, s.shoulder, s.elbow) - 0.055, lat, 0.06) - 0.03
+        fore = extrude(sd_segment2(q, s.elbow, s.wrist) - 0.04, lat, 0.045) - 0.025
+        res = closer(res, vec2(ti.min(bracket, ti.min(upper, fore)), M_PAINT))
+        joints = ti.min(extrude((q - s.shoulder).norm() - 0.115, lat, 0.185) - 0.012,
+                        ti.min(extrude((q - s.elbow).norm() - 0.09, lat, 0.105) - 0.01,
+                               extrude((q - s.wrist).norm() - 0.06, lat, 0.075) - 0.01))
+        res = closer(res, vec2(joints, M_JOINT))
+        v = q - s.wrist
+        along = v.x * s.tool.x + v.y * s.tool.y
+        across = v.y * s.tool.x - v.x * s.tool.y
+        palm = sd_box(vec3(along - 0.1, across, lat), vec3(0.035, 0.05, 0.27)) - 0.012
+        finger = sd_box(vec3(along - 0.215, across, ti.abs(lat) - s.grip), vec3(0.072, 0.042, 0.009)) - 0.004
+        res = closer(res, vec2(ti.min(palm, finger), M_STEEL))
+    else:
+        res = closer(res, vec2(bound, M_PAINT))
+    return res
+
+
+@ti.func
+def scene_sdf(p: vec3, s: Scene) -> vec2:
+    """(distance, material) of the whole scene at p."""
+    res = vec2(p.y, M_FLOOR)
+    res = closer(res, vec2(sd_table(p), M_TABLE))
+    res = closer(res, sd_tiles(p, s))
+    res = closer(res, sd_arm(p, s))
+    return res
+
+
+# ---------------------------------------------------------------- shading
+KEY_DIR = (-0.4813, 0.7700, 0.4187)  # towards the key light (unit length; front-left, above)
+KEY_COL = (2.9, 2.65, 2.3)
+SKY_ZENITH = (0.22, 0.36, 0.62)
+SKY_HORIZON = (0.66, 0.72, 0.8)
+FLOOR_BASE = (0.46, 0.46, 0.47)
+FLOOR_LINE = (0.33, 0.34, 0.36)
+
+
+@ti.func
+def normal_at(p: vec3, s: Scene) -> vec3:
+    """Tetrahedral differences of the distance: 4 taps in a loop (one inlined SDF copy)."""
+    e = 0.0005
+    n = vec3(0.0)
+    for k in range(4):
+        # taps (+,-,-), (-,-,+), (-,+,-), (+,+,+): each axis sign from the bits of k
+        sx = 1.0 if (k == 0 or k == 3) else -1.0
+        sy = 1.0 if k >= 2 else -1.0
+        sz = 1.0 if (k == 1 or k == 3) else -1.0
+        sign = vec3(sx, sy, sz)
+        n += sign * scene_sdf(p + sign * e, s).x
+    return n / n.norm()
+
+
+@ti.func
+def soft_shadow(ro: vec3, rd: vec3, s: Scene) -> ti.f32:
+    res = 1.0
+    t = 0.015
+    for _ in range(SHADOW_STEPS):
+        h = scene_sdf(ro + rd * t, s).x
+        res = ti.min(res, 10.0 * h / t)
+        t += ti.math.clamp(h, 0.012, 0.3)
+        if res < 0.001 or t > 8.0:
+            break
+    res = ti.math.clamp(res, 0.0, 1.0)
+    return res * res * (3.0 - 2.0 * res)
+
+
+@ti.func
+def ambient_occlusion(p: vec3, n: vec3, s: Scene) -> ti.f32:
+    occ = 0.0
+    weight = 1.0
+    for i in range(5):
+        h = 0.012 + 0.04 * ti.cast(i, ti.f32)
+        occ += (h - scene_sdf(p + n * h, s).x) * weight
+        weight *= 0.8
+    return ti.math.clamp(1.0 - 2.5 * occ, 0.0, 1.0)
+
+
+@ti.func
+def sky(rd: vec3) -> vec3:
+    k = ti.math.clamp(rd.y * 1.6, 0.0, 1.0)
+    k = k * (2.0 - k)
+    return vec3(SKY_HORIZON) + (vec3(SKY_ZENITH) - vec3(SKY_HORIZON)) * k
+
+
+@ti.func
+def grid_line(x: ti.f32, width: ti.f32) -> ti.f32:
+    """1 on a grid line (every 0.5 m), fading to 0 over `width` metres."""
+    f = x * 2.0 - ti.floor(x * 2.0)
+    dist = ti.min(f, 1.0 - f) * 0.5
+    return 1.0 - ti.math.smoothstep(0.0, width, dist)
+
+
+@ti.func
+def material(m: ti.i32, p: vec3, t: ti.f32):
+    """Albedo, specular strength and shininess exponent (as a number of squarings)."""
+    albedo = vec3(0.5)
+    spec = 0.04
+    squarings = 4
+    if m == M_FLOOR:
+        w = 0.004 + 0.0012 * t
+        line = ti.max(grid_line(p.x, w), grid_line(p.z, w)) * 0.8
+        albedo = vec3(FLOOR_BASE) + (vec3(FLOOR_LINE) - vec3(FLOOR_BASE)) * line
+        spec = 0.02
+    elif m == M_TABLE:
+        albedo = vec3(0.30, 0.17, 0.09)
+        spec = 0.06
+        squarings = 5
+    elif m == M_TILE:
+        albedo = vec3(0.86, 0.82, 0.72)
+        spec = 0.05
+    elif m == M_LETTER:
+        albedo = vec3(0.72, 0.06, 0.05)
+        spec = 0.18
+        squarings = 6
+    elif m == M_PAINT:
+        albedo = vec3(0.92, 0.42, 0.05)
+        spec = 0.25
+        squarings = 6
+    elif m == M_JOINT:
+        albedo = vec3(0.07, 0.07, 0.08)
+        spec = 0.35
+        squarings = 6
+    elif m == M_STEEL:
+        albedo = vec3(0.55, 0.57, 0.6)
+        spec = 0.6
+        squarings = 7
+    elif m == M_PEDESTAL:
+        albedo = vec3(0.13, 0.13, 0.14)
+        spec = 0.15
+        squarings = 5
+    return albedo, spec, squarings
+
+
+@ti.func
+def shade(p: vec3, rd: vec3, t: ti.f32, s: Scene):
+    """Lit colour at a surface point, and its normal."""
+    n = normal_at(p, s)
+    m = ti.cast(scene_sdf(p, s).y, ti.i32)
+    albedo, spec, squarings = material(m, p, t)
+    key = vec3(KEY_DIR)
+    ndl = ti.max(n.dot(key), 0.0)
+    shadow = 0.0
+    if ndl > 0.0:
+        shadow = soft_shadow(p + n * 0.002, key, s)
+    ao = ambient_occlusion(p, n, s)
+    half = key - rd
+    half = half / half.norm()
+    ndh = ti.max(n.dot(half), 0.0)
+    highlight = ndh
+    for i in range(squarings):  # ndh ** (2 ** squarings) by exact multiplications
+        highlight = highlight * highlight
+    ndv = ti.math.clamp(-n.dot(rd), 0.0, 1.0)
+    f1 = 1.0 - ndv
+    f2 = f1 * f1
+    fresnel = spec + (1.0 - spec) * (f2 * f2 * f1)
+    sky_amount = 0.5 + 0.5 * n.y
+    bounce = ti.math.clamp(0.5 - 0.5 * n.y, 0.0, 1.0)
+    diffuse = vec3(KEY_COL) * (ndl * shadow) + vec3(SKY_ZENITH) * (1.3 * sky_amount * ao) \
+        + vec3(0.35, 0.3, 0.25) * (0.35 * bounce * ao)
+    colour = albedo * diffuse + vec3(KEY_COL) * (fresnel * highlight * ndl * shadow) \
+        + sky(vec3(rd.x, ti.abs(rd.y), rd.z)) * (0.25 * fresnel * ao)
+    return colour, n
+
+
+@ti.func
+def tone_map(c: vec3) -> vec3:
+    """ACES filmic fit (Narkowicz 2015), a rational curve: linear in, display-linear out."""
+    x = c * 0.8
+    return ti.math.clamp((x * (2.51 * x + 0.03)) / (x * (2.43 * x + 0.59) + 0.14), 0.0, 1.0)
+
+
+@ti.func
+def fog(colour: vec3, rd: vec3, t: ti.f32) -> vec3:
+    k = t * 0.045
+    f = 1.0 - 1.0 / (1.0 + k * k)
+    return colour + (sky(rd) - colour) * f
+
+
+@ti.kernel
+def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dtype=ti.f32, ndim=3),
+           depth: ti.types.ndarray(dtype=ti.f32, ndim=2), normal: ti.types.ndarray(dtype=ti.f32, ndim=3),
+           steps: ti.types.ndarray(dtype=ti.i32, ndim=2)):
+    height, width = rgb.shape[0], rgb.shape[1]
+    inv_w = 1.0 / ti.cast(width, ti.f32)
+    inv_h = 1.0 / ti.cast(height, ti.f32)
+    for row, col in ti.ndrange(height, width):
+        s = load_scene(prm)
+        ro = vec3(prm[P_CAM_POS], prm[P_CAM_POS + 1], prm[P_CAM_POS + 2])
+        right = vec3(prm[P_CAM_RIGHT], prm[P_CAM_RIGHT + 1], prm[P_CAM_RIGHT + 2])
+        up = vec3(prm[P_CAM_UP], prm[P_CAM_UP + 1], prm[P_CAM_UP + 2])
+        fwd = vec3(prm[P_CAM_FWD], prm[P_CAM_FWD + 1], prm[P_CAM_FWD + 2])
+        pixel = prm[P_PIXEL]
+        u = (ti.cast(col, ti.f32) + 0.5) * inv_w * 2.0 - 1.0
+        v = 1.0 - (ti.cast(row, ti.f32) + 0.5) * inv_h * 2.0
+        rd = fwd + right * u + up * v
+        rd = rd / rd.norm()
+        # march, remembering the closest approach (in pixel footprints) for edge coverage
+        t = 0.0
+        hit_m = M_SKY
+        n_steps = 0
+        near_ratio = 1e9
+        near_t = 0.0
+        for i in range(MAX_STEPS):
+            n_steps = i + 1
+            res = scene_sdf(ro + rd * t, s)
+            if res.x < HIT_EPS * t:
+                hit_m = ti.cast(res.y, ti.i32)
+                break
+            ratio = res.x / (pixel * t + 1e-6)
+            if ratio < near_ratio:
+                near_ratio = ratio
+                near_t = t
+            t += res.x
+            if t > T_MAX:
+                break
+        # shade the hit, or the surface a near miss grazed (blended by the share of the pixel
+        # it covers): one shading call site keeps the kernel small
+        colour = sky(rd)
+        n = vec3(0.0)
+        d_out = T_MAX
+        cover = 1.0
+        if hit_m == M_SKY:
+            cover = 1.0 - ti.math.smoothstep(0.0, 1.0, near_ratio)
+            t = near_t
+        else:
+            d_out = t
+        if cover > 0.0:
+            lit, n_lit = shade(ro + rd * t, rd, t, s)
+            colour = colour + (fog(lit, rd, t) - colour) * cover
+            if hit_m != M_SKY:
+                n = n_lit
+        colour = tone_map(colour)
+        for k in ti.static(range(3)):
+            rgb[row, col, k] = colour[k]
+            normal[row, col, k] = n[k]
+        depth[row, col] = d_out
+        steps[row, col] = n_steps

@@ -1,0 +1,163 @@
+"""Host glue for the ray-marched scene: pack parameters, own the image buffers, launch, read back.
+
+`SceneParams` is what the kernel needs for one frame (the arm's joint positions from
+forward kinematics, the moving tile's pose), as plain numpy; `Camera` is the orbit
+camera. `Renderer(width, height).render(scene, camera)` returns linear RGB (H, W, 3)
+float32; depth, normals and march steps of the same frame are kept as AOVs.
+Buffers are Taichi ndarrays, so `resize` reallocates without recompiling, and the
+per-frame values travel in one small parameter array (no recompiles per frame).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.errors import UserError
+from engine.kernels import raymarch as rk
+
+MAX_SIDE = 16384
+BYTES_PER_PIXEL = 4 * (3 + 1 + 3 + 1)  # rgb, depth, normal, steps (float32 / int32)
+
+
+@dataclass(frozen=True)
+class Camera:
+    """Orbit camera: angles in degrees; azimuth 0 looks at the sign's face (from +z)."""
+
+    azimuth: float = 18.0
+    elevation: float = 16.0
+    distance: float = 5.4
+    target: tuple[float, float, float] = (-0.1, 1.0, -0.3)
+    fov_y: float = 36.0
+
+    def position(self) -> np.ndarray:
+        az, el = math.radians(self.azimuth), math.radians(self.elevation)
+        offset = np.array([math.cos(el) * math.sin(az), math.sin(el), math.cos(el) * math.cos(az)])
+        return np.asarray(self.target, np.float64) + self.distance * offset
+
+    def basis(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Unit right, up and forward vectors."""
+        forward = np.asarray(self.target, np.float64) - self.position()
+        forward /= np.linalg.norm(forward)
+        right = np.cross(forward, [0.0, 1.0, 0.0])
+        right /= np.linalg.norm(right)
+        return right, np.cross(right, forward), forward
+
+
+@dataclass(frozen=True)
+class SceneParams:
+    """One frame of the scene. Joint positions are in the arm's plane: (forward distance, height)."""
+
+    base_xz: tuple[float, float]
+    yaw: float  # radians, about +y, 0 = the arm faces +z
+    shoulder: np.ndarray
+    elbow: np.ndarray
+    wrist: np.ndarray
+    tool_pitch: float  # radians, 0 = tool points forward, -pi/2 = down
+    grip: float  # lateral offset of each finger from the tool axis
+    tile_pos: np.ndarray  # centre of the moving tile (3)
+    tile_rot: np.ndarray  # tile -> world rotation (3x3)
+    extra: dict = field(default_factory=dict)  # host-side extras (joint angles, tool frame) for tests and UI
+
+
+def pack(scene: SceneParams, camera: Camera, width: int, height: int) -> np.ndarray:
+    """The kernel's parameter array for one frame (layout `engine.kernels.raymarch.P_*`)."""
+    prm = np.zeros(rk.N_PARAMS, np.float64)
+    right, up, forward = camera.basis()
+    tan_half = math.tan(math.radians(camera.fov_y) / 2.0)
+    aspect = width / height
+    prm[rk.P_CAM_POS:rk.P_CAM_POS + 3] = camera.position()
+    prm[rk.P_CAM_RIGHT:rk.P_CAM_RIGHT + 3] = right * tan_half * aspect
+    prm[rk.P_CAM_UP:rk.P_CAM_UP + 3] = up * tan_half
+    prm[rk.P_CAM_FWD:rk.P_CAM_FWD + 3] = forward
+    prm[rk.P_BASE:rk.P_BASE + 4] = (*scene.base_xz, math.cos(scene.yaw), math.sin(scene.yaw))
+    prm[rk.P_SHOULDER:rk.P_SHOULDER + 2] = scene.shoulder
+    prm[rk.P_ELBOW:rk.P_ELBOW + 2] = scene.elbow
+    prm[rk.P_WRIST:rk.P_WRIST + 2] = scene.wrist
+    prm[rk.P_TOOL:rk.P_TOOL + 2] = (math.cos(scene.tool_pitch), math.sin(scene.tool_pitch))
+    prm[rk.P_GRIP] = scene.grip
+    prm[rk.P_TILE_POS:rk.P_TILE_POS + 3] = scene.tile_pos
+    prm[rk.P_TILE_ROT:rk.P_TILE_ROT + 9] = np.asarray(scene.tile_rot).T.reshape(9)  # world -> tile
+    prm[rk.P_PIXEL] = 2.0 * tan_half / height
+    return prm.astype(np.float32)
+
+
+def check_size(width: int, height: int, budget_bytes: int | None = None) -> None:
+    """Raise UserError for sizes that are absurd or would not fit in memory."""
+    for name, value in (("width", width), ("height", height)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise UserError(f"{name} must be a whole number of pixels, got {value!r}")
+        if value <= 0 or value > MAX_SIDE:
+            raise UserError(f"{name} {value} is out of range: choose 1..{MAX_SIDE} pixels")
+    need = int(width) * int(height) * BYTES_PER_PIXEL * 2  # device buffers plus their host copies
+    budget = budget_bytes if budget_bytes is not None else available_memory()
+    if budget is not None and need > budget:
+        raise UserError(f"{width}x{height} needs {need / 2**30:.1f} GiB for its buffers, "
+                        f"more than the {budget / 2**30:.1f} GiB available")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to this process (Linux), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+class Renderer:
+    """Renders the scene into ndarray buffers on the current Taichi backend."""
+
+    def __init__(self, width: int = 2048, height: int = 1024):
+        self.width = self.height = 0
+        self.last_ms = float("nan")
+        self.resize(width, height)
+
+    def resize(self, width: int, height: int) -> None:
+        """Reallocate the image buffers (no kernel recompilation)."""
+        import taichi as ti
+
+        check_size(width, height)
+        if (width, height) == (self.width, self.height):
+            return
+        self.width, self.height = int(width), int(height)
+        self._prm = ti.ndarray(ti.f32, rk.N_PARAMS)
+        self._rgb = ti.ndarray(ti.f32, (self.height, self.width, 3))
+        self._depth = ti.ndarray(ti.f32, (self.height, self.width))
+        self._normal = ti.ndarray(ti.f32, (self.height, self.width, 3))
+        self._steps = ti.ndarray(ti.i32, (self.height, self.width))
+
+    def render(self, scene: SceneParams, camera: Camera) -> np.ndarray:
+        """Render one frame; return linear RGB (H, W, 3) float32 (tone-mapped, not gamma-encoded)."""
+        import taichi as ti
+
+        self._prm.from_numpy(pack(scene, camera, self.width, self.height))
+        started = time.perf_counter()
+        rk.render(self._prm, self._rgb, self._depth, self._normal, self._steps)
+        ti.sync()
+        self.last_ms = (time.perf_counter() - started) * 1e3
+        return self._rgb.to_numpy()
+
+    def depth(self) -> np.ndarray:
+        """Distance along each ray to the surface (H, W); `MAX_DEPTH` where the ray escaped."""
+        return self._depth.to_numpy()
+
+    def normals(self) -> np.ndarray:
+        """World-space unit normals (H, W, 3); zero where the ray escaped."""
+        return self._normal.to_numpy()
+
+    def steps(self) -> np.ndarray:
+        """March iterations per pixel (H, W) int32."""
+        return self._steps.to_numpy()
+
+    def aovs(self) -> dict[str, np.ndarray]:
+        return {"depth": self.depth(), "normal": self.normals(), "steps": self.steps()}
+
+
+MAX_DEPTH = rk.T_MAX
+MAX_STEPS = rk.MAX_STEPS
