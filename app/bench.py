@@ -8,6 +8,7 @@ from engine.errors import UserError
 BENCHMARKS: dict[str, str] = {  # name -> "module:function"
     "launch": "bench.launch:main",
     "closest": "bench.closest:main",
+    "fit_overhead": "bench.fit_overhead:main",
 }
 
 

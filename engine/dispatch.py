@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -425,6 +426,16 @@ def native(kernel: Any) -> NativeKernel:
 
 
 _natives: dict[int, tuple[Any, NativeKernel]] = {}  # id(kernel) -> (kernel kept alive, its native form)
+_enabled = os.environ.get("SHANNON_NATIVE_DISPATCH", "1") != "0"
+
+
+def use_native(enabled: bool) -> None:
+    """Switch `call` between native dispatch and plain calls (also: SHANNON_NATIVE_DISPATCH=0).
+
+    For A/B measurements (bench/fit_overhead.py) and as an escape hatch; results are identical.
+    """
+    global _enabled
+    _enabled = enabled
 
 
 def call(kernel: Any, *args: Any) -> Any:
@@ -434,6 +445,8 @@ def call(kernel: Any, *args: Any) -> Any:
     identity; a data-oriented method (a new object per attribute access) is resolved
     to its `Kernel` and owner each time.
     """
+    if not _enabled:
+        return kernel(*args)
     entry = _natives.get(id(kernel))
     if entry is None:
         kern, owner = resolve(kernel)
