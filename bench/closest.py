@@ -12,7 +12,9 @@ point: distances within 1e-6 x max(1, distance); Warp evaluates the closest poin
 different float32 arithmetic, and near the surface squared distances lose relative
 precision to cancellation on both sides), with no misses and no stack overflows. Timing: each repetition launches a batch enough times to
 last ~0.2 s and synchronises once at the end; ours and Warp's alternate repetition
-by repetition so both see the same machine load; the median repetition is reported.
+by repetition so both see the same machine load; the median repetition is reported,
+as wall-clock throughput and as process CPU time per query (all threads summed: the
+work per query, which other processes' load barely changes).
 Build: ours is `TriangleBVH.rebuild()` (host median-split sort, upload, device
 refit), Warp's is the `wp.Mesh` constructor; refit: `refit()` on both.
 """
@@ -46,13 +48,19 @@ def _distance_err(dist2_a: np.ndarray, dist2_b: np.ndarray) -> float:
 
 
 def _timed(run: Callable[[], None], sync: Callable[[], None], calls: int) -> float:
-    """Seconds per call of `run`, over `calls` calls and one synchronisation."""
+    """Wall seconds per call of `run`, over `calls` calls and one synchronisation."""
+    return _timed_both(run, sync, calls)[0]
+
+
+def _timed_both(run: Callable[[], None], sync: Callable[[], None], calls: int) -> tuple[float, float]:
+    """(wall, process CPU) seconds per call of `run`: CPU time sums every thread of this
+    process, so it measures work per query even when other processes load the machine."""
     sync()
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(calls):
         run()
     sync()
-    return (time.perf_counter() - start) / calls
+    return (time.perf_counter() - wall) / calls, (time.process_time() - cpu) / calls
 
 
 def _calls_for(run: Callable[[], None], sync: Callable[[], None]) -> int:
@@ -113,12 +121,14 @@ def measure(arch: str, repeats: int, leaf_size: int | None, use_warp: bool, prog
         warp_calls = _calls_for(lambda: warp.query(n), warp.synchronize) if warp else 0
         ours_s, warp_s = [], []
         for _ in range(repeats):
-            ours_s.append(_timed(ours, ti.sync, ours_calls))
+            ours_s.append(_timed_both(ours, ti.sync, ours_calls))
             if warp:
-                warp_s.append(_timed(lambda: warp.query(n), warp.synchronize, warp_calls))
+                warp_s.append(_timed_both(lambda: warp.query(n), warp.synchronize, warp_calls))
             progress.update(1)
-        row["ours_qps"] = n / statistics.median(ours_s)
-        row["warp_qps"] = n / statistics.median(warp_s) if warp else None
+        row["ours_qps"] = n / statistics.median(wall for wall, _ in ours_s)
+        row["ours_cpu_us"] = statistics.median(cpu for _, cpu in ours_s) / n * 1e6
+        row["warp_qps"] = n / statistics.median(wall for wall, _ in warp_s) if warp else None
+        row["warp_cpu_us"] = statistics.median(cpu for _, cpu in warp_s) / n * 1e6 if warp else None
         rows.append(row)
         buffers.group.destroy()
     build, refit, warp_build, warp_refit = [], [], [], []
@@ -142,12 +152,13 @@ def table(result: dict, arch: str, repeats: int) -> str:
     fmt = lambda value, spec: "-" if value is None else format(value, spec)  # noqa: E731
     lines = [f"closest-point queries, icosphere(5) ({result['faces']:,} triangles), {arch}, "
              f"leaf size {result['leaf_size']}, depth {result['depth']}, median of {repeats}",
-             "| queries | ours (M queries/s) | Warp (M queries/s) | ours / Warp | dist2 rel err vs brute | distance err vs Warp |",
-             "|---:|---:|---:|---:|---:|---:|"]
+             "| queries | ours (M queries/s) | Warp (M queries/s) | ours / Warp | ours CPU us/query | Warp CPU us/query "
+             "| dist2 rel err vs brute | distance err vs Warp |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in result["rows"]:
         ratio = row["ours_qps"] / row["warp_qps"] if row["warp_qps"] else None
         lines.append(f"| {row['n']:,} | {row['ours_qps'] / 1e6:.3f} | {fmt(row['warp_qps'] and row['warp_qps'] / 1e6, '.3f')} "
-                     f"| {fmt(ratio, '.2f')} | {row['brute_rel_err']:.2g} | {fmt(row.get('warp_err'), '.2g')} |")
+                     f"| {fmt(ratio, '.2f')} | {row['ours_cpu_us']:.2f} | {fmt(row['warp_cpu_us'], '.2f')} | {row['brute_rel_err']:.2g} | {fmt(row.get('warp_err'), '.2g')} |")
     lines += ["", "| BVH | ours (ms) | Warp (ms) |", "|---|---:|---:|",
               f"| build | {result['build_ms']:.2f} | {fmt(result['warp_build_ms'], '.2f')} |",
               f"| refit | {result['refit_ms']:.3f} | {fmt(result['warp_refit_ms'], '.3f')} |"]
