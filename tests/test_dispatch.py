@@ -338,3 +338,73 @@ def test_launch_dispatches_natively(ti_cpu):
     launch(copy_vector, g, ti.math.vec3(1.0, 2.0, 3.0))
     np.testing.assert_array_equal(g.to_numpy()[3], [1.0, 2.0, 3.0])
     assert _natives[id(copy_vector)][1]._cache, "engine.launch did not go through native dispatch"
+
+
+def _plain_and_native(run):
+    """`run()` once with every engine.launch launch dispatched plainly, once natively."""
+    from engine.dispatch import use_native
+
+    outputs = []
+    for enabled in (False, True):
+        use_native(enabled)
+        try:
+            outputs.append(run())
+        finally:
+            use_native(True)
+    return outputs
+
+
+def test_sgd_oracle_native_equals_plain(ti_cpu):
+    """Tape, Taichi adjoints and the SGD optimiser kernels (engine/sgd_oracle.py)."""
+    from engine.sgd_oracle import oracle_problem, run_sgd_oracle
+
+    x0, target = oracle_problem()
+    plain, fast = _plain_and_native(lambda: run_sgd_oracle(x0, target, steps=5))
+    np.testing.assert_array_equal(fast["x"], plain["x"])
+    np.testing.assert_allclose(fast["losses"], plain["losses"], rtol=1e-13)  # f64 atomics: thread order
+
+
+def test_shape_fit_native_equals_plain(ti_cpu):
+    """BVH refit and queries, Chamfer kernels and custom steps, Adam, Laplacian step (app/scenes/shape_fit.py)."""
+    from app.scenes.shape_fit import ShapeFit
+
+    def run():
+        fit = ShapeFit("blob", subdiv=1, lr=0.01, smooth=0.2, n_samples=256)
+        losses = [fit.step() for _ in range(3)]
+        out = (np.array(losses), fit.vertices(), fit.x.grad.to_numpy())
+        fit.destroy()
+        return out
+
+    for plain, fast in zip(*_plain_and_native(run)):
+        np.testing.assert_array_equal(fast, plain)
+
+
+def test_raymarch_render_bound_equals_plain(ti_cpu):
+    """The ray-march kernel takes ndarrays (parameters and four image buffers)."""
+    import taichi as ti
+
+    from app.scenes.robot_arm import scene_at
+    from engine.dispatch import bind
+    from engine.kernels import raymarch as rk
+    from engine.render import Camera, pack
+
+    width, height = 24, 12
+    images = []
+    for native in (False, True):
+        prm = ti.ndarray(ti.f32, rk.N_PARAMS)
+        buffers = (ti.ndarray(ti.f32, (height, width, 3)), ti.ndarray(ti.f32, (height, width)),
+                   ti.ndarray(ti.f32, (height, width, 3)), ti.ndarray(ti.i32, (height, width)))
+        frames = []
+        for t in (0.0, 2.5):
+            prm.from_numpy(pack(scene_at(t), Camera(), width, height))
+            if native:
+                bound = bind(rk.render, prm, *buffers)
+                assert bound.native
+                bound()
+            else:
+                rk.render(prm, *buffers)
+            frames.append([b.to_numpy() for b in buffers])
+        images.append(frames)
+    for plain, fast in zip(images[0], images[1]):
+        for a, b in zip(plain, fast):
+            np.testing.assert_array_equal(b, a)
