@@ -217,3 +217,19 @@ def test_stack_overflow_is_counted_and_raised(ti_cpu):
         bvh.closest_points(sample_queries(vertices, faces, 64, seed=1))
     assert bvh.counters()["overflows"] > 0
     bvh.destroy()
+
+
+def test_refit_and_query_under_a_paused_tape_record_nothing(ti_cpu):
+    from engine.autodiff.tape import Tape
+
+    vertices, faces = icosphere(2)
+    bvh = TriangleBVH.build(vertices, faces)
+    points = sample_queries(vertices, faces, 64, seed=4)
+    expected = bvh.brute_force(points)["dist2"]
+    tape = Tape()
+    with tape, tape.pause():
+        bvh.refit()
+        found = bvh.closest_points(points)
+    assert tape.entries == []
+    assert rel_err(found["dist2"], expected) <= REL_TOL
+    bvh.destroy()
