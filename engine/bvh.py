@@ -244,11 +244,12 @@ def sample_queries(vertices: np.ndarray, faces: np.ndarray, n: int, seed: int = 
     corners = vertices[faces[rng.integers(0, len(faces), near)]]
     weights = rng.dirichlet(np.ones(3), near)
     normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
-    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+    length = np.linalg.norm(normals, axis=1, keepdims=True)
+    normals = np.divide(normals, length, out=np.zeros_like(normals), where=length > 0)  # degenerate: no offset
     offsets = rng.uniform(0.001, 0.05, near) * size * rng.choice([-1.0, 1.0], near)
     surface = np.einsum("ij,ijk->ik", weights, corners) + normals * offsets[:, None]
-    centre, half = (lo + hi) / 2, (hi - lo)
-    far = centre + rng.uniform(-1.0, 1.0, (n - near, 3)) * half
+    centre, extent = (lo + hi) / 2, hi - lo
+    far = centre + rng.uniform(-1.0, 1.0, (n - near, 3)) * extent  # centre +- extent: the box grown 2x
     return np.concatenate([surface, far]).astype(np.float32)
 
 
