@@ -186,11 +186,8 @@ def test_bad_points_are_a_user_error(ti_cpu):
     bvh.destroy()
 
 
-def test_backends_agree_with_each_other_and_brute_force(worker):
+def test_backends_agree_with_each_other_and_brute_force(worker, ti_cpu):
     """Backend B (each worker) == brute force there == backend A (this process, cpu)."""
-    from engine import backend
-
-    backend.init("cpu")
     vertices, faces = icosphere(3)
     mesh = load_mesh(ASSETS / "spot.obj")
     for v, f in ((vertices, faces), (mesh.vertices, mesh.faces)):
