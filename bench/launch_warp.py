@@ -8,7 +8,7 @@ import time
 
 import warp as wp
 
-wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING  # no start-up banner or module-load lines in our tables
 
 
 @wp.struct
