@@ -230,3 +230,31 @@ def test_refit_and_query_under_a_paused_tape_record_nothing(ti_cpu):
     assert tape.entries == []
     assert rel_err(found["dist2"], expected) <= REL_TOL
     bvh.destroy()
+
+
+def numpy_dist2(p: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Squared distance from p (3,) to triangles (F, 3) in float64 by a different method than
+    the kernels': projection onto the plane if it falls inside, else the nearest of the three edges."""
+    n = np.cross(b - a, c - a)
+    n /= np.linalg.norm(n, axis=1, keepdims=True)
+    q = p - np.sum((p - a) * n, axis=1, keepdims=True) * n
+    inside = np.ones(len(a), bool)
+    for u, v in ((a, b), (b, c), (c, a)):
+        inside &= np.sum(np.cross(v - u, q - u) * n, axis=1) >= 0
+    best = np.where(inside, np.sum((p - q) ** 2, axis=1), np.inf)
+    for u, v in ((a, b), (b, c), (c, a)):
+        t = np.clip(np.sum((p - u) * (v - u), axis=1) / np.sum((v - u) ** 2, axis=1), 0.0, 1.0)
+        best = np.minimum(best, np.sum((p - (u + t[:, None] * (v - u))) ** 2, axis=1))
+    return best
+
+
+def test_distances_match_an_independent_float64_oracle(ti_cpu):
+    vertices, faces = icosphere(3)
+    points = sample_queries(vertices, faces, 64, seed=9)
+    bvh = TriangleBVH.build(vertices, faces)
+    found = bvh.closest_points(points)
+    corners = vertices.astype(np.float32).astype(np.float64)[faces]  # the float32 mesh the BVH holds
+    exact = np.array([numpy_dist2(p.astype(np.float64), *corners.transpose(1, 0, 2)).min() for p in points])
+    # float32 arithmetic: |d2 - exact| within a few ulps of the coordinates times the distance
+    np.testing.assert_allclose(found["dist2"], exact, rtol=1e-5, atol=1e-9)
+    bvh.destroy()
