@@ -98,6 +98,10 @@ class BackendWorker:
         self._process.join(5)
         self._conn.close()
 
+    def kill(self) -> None:
+        """Stop the worker now, even in the middle of a call (the GUI does this on exit)."""
+        self._kill()
+
     def close(self) -> None:
         """Ask the worker to stop; kill it if it does not."""
         if self._process.is_alive():

@@ -1,0 +1,210 @@
+"""The desktop app: one hello_imgui window with four docked panels and a status bar.
+
+`run_app(options)` opens the window and returns the exit code. Panels are
+`draw(state, gfx)` functions of the one `AppState`; `Controller.tick` runs before each
+frame and connects the state to the backend workers. The default layout fits 1280x800:
+ray march top left, parity under it, shape fit top right, tape under it. View > Layout
+restores it after rearranging (the layout is remembered in the user's config folder).
+
+Test hooks (`--frames N --screenshot PATH [--panel NAME] [--size WxH]`): the N frames
+are counted once the panels have live content (backend started, a full-quality frame
+shown, the fit set up, the first parity comparison done or its worker unavailable),
+so a screenshot never shows a loading screen; then the window closes and the last
+frame is saved as a PNG. `test_function` runs an imgui test-engine test instead.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.errors import UserError
+
+WINDOW_TITLES = {"raymarch": "Ray march", "fit": "Shape fit", "parity": "Parity", "tape": "Tape"}
+WARM_TIMEOUT_S = 600.0  # --frames gives up waiting for live content after this long and shoots anyway
+
+
+@dataclass
+class AppOptions:
+    arch: str = "auto"
+    parity_arch: str = "cpu"
+    frames: int | None = None  # run this many frames after warm-up, then exit
+    screenshot: str | None = None  # save the last frame here (PNG)
+    panel: str | None = None  # show only this panel, filling the window
+    size: tuple[int, int] = (1280, 800)
+    show_timings: bool = True  # golden screenshots turn timing text off
+    test_function: Callable | None = None  # an imgui test-engine test: the window closes when it returns
+    start_fit: bool = False  # press Start as soon as the fit is set up (for the frame-rate measurement)
+
+
+def require_display() -> None:
+    """Fail in one line when there is no display to open a window on."""
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        raise UserError("no display: use --headless or run under Xvfb")
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """'1280x800' -> (1280, 800); UserError naming --size otherwise."""
+    try:
+        width, height = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise UserError(f"--size '{text}': expected WIDTHxHEIGHT, e.g. 1280x800") from None
+    if not (320 <= width <= 8192 and 240 <= height <= 8192):
+        raise UserError(f"--size '{text}': width 320..8192 and height 240..8192")
+    return width, height
+
+
+def is_warm(state) -> bool:
+    """True once every panel shows live content (see the module docstring)."""
+    if state.primary_status.startswith("unavailable"):
+        return True
+    frame_settled = state.raymarch.image_is_full or bool(state.raymarch.error)
+    fit_settled = state.fit.ready or bool(state.fit.error)
+    parity_settled = (state.parity.share_within is not None or state.parity.status.startswith("unavailable")
+                      or bool(state.raymarch.error))
+    return frame_settled and fit_settled and parity_settled
+
+
+def _docking(panel: str | None):
+    from imgui_bundle import hello_imgui, imgui
+
+    def split(initial: str, new: str, direction, ratio: float) -> hello_imgui.DockingSplit:
+        return hello_imgui.DockingSplit(initial_dock_=initial, new_dock_=new, direction_=direction, ratio_=ratio)
+
+    if panel is not None:
+        return [], {panel: "MainDockSpace"}
+    splits = [
+        split("MainDockSpace", "RightSpace", imgui.Dir.right, 0.45),
+        split("MainDockSpace", "ParitySpace", imgui.Dir.down, 0.38),
+        split("RightSpace", "TapeSpace", imgui.Dir.down, 0.32),
+    ]
+    return splits, {"raymarch": "MainDockSpace", "parity": "ParitySpace", "fit": "RightSpace", "tape": "TapeSpace"}
+
+
+def resolve_archs(arch: str | None, parity_arch: str | None) -> tuple[str, str]:
+    """The requested primary arch and the parity arch (default: the natural partner of the primary).
+
+    Resolving `auto` here needs no Taichi: the UI process never imports it.
+    """
+    from app.headless import default_parity_arch
+    from engine import backend
+
+    requested = backend.requested_arch(arch)
+    primary = requested
+    if requested == "auto":
+        primary = "cuda" if backend.cuda_unavailable_reason() is None else "cpu"
+    parity = backend.requested_arch(parity_arch) if parity_arch else default_parity_arch(primary)
+    if parity == "auto":
+        raise UserError("--parity-arch must name a backend (cuda, vulkan or cpu), not auto")
+    return requested, parity
+
+
+def launch_app(args) -> int:
+    """The CLI's GUI branch: check the flags and the display, then open the window."""
+    from app.ui.state import PANELS
+
+    if args.panel is not None and args.panel not in PANELS:
+        raise UserError(f"--panel '{args.panel}': choose one of {', '.join(PANELS)}")
+    if args.frames is not None and args.frames < 1:
+        raise UserError(f"--frames {args.frames}: must be at least 1")
+    size = parse_size(args.size)
+    arch, parity_arch = resolve_archs(args.arch, args.parity_arch)
+    require_display()
+    return run_app(AppOptions(arch=arch, parity_arch=parity_arch, frames=args.frames,
+                              screenshot=args.screenshot, panel=args.panel, size=size))
+
+
+def run_app(options: AppOptions) -> int:
+    """Open the window; return the exit code once it closes."""
+    require_display()
+    from imgui_bundle import hello_imgui, immapp, imgui
+
+    from app.ui.controller import Controller
+    from app.ui.gl import Gfx
+    from app.ui.panels import parity, raymarch, shape_fit, status, tape
+    from app.ui.state import AppState
+
+    state = AppState(arch=options.arch, parity_arch=options.parity_arch, show_timings=options.show_timings,
+                     taichi_version=importlib.metadata.version("taichi"))
+    controller = Controller(state)
+    draws = {"raymarch": raymarch.draw, "fit": shape_fit.draw, "parity": parity.draw, "tape": tape.draw}
+    gfx: list[Gfx] = []  # created once the GL context exists
+    clock = {"last": time.perf_counter(), "warm_frame": None, "warm_since": time.perf_counter(), "fit_started": False}
+
+    def before_frame() -> None:
+        now = time.perf_counter()
+        controller.tick(state, now - clock["last"])
+        clock["last"] = now
+        state.frame += 1
+        state.ui_fps = imgui.get_io().framerate if state.frame > 1 else 0.0
+        if options.start_fit and state.fit.ready and not clock["fit_started"]:
+            state.fit.running = clock["fit_started"] = True
+        busy = state.raymarch.playing or state.fit.running or bool(state.warmup) or state.parity.status == "busy"
+        params.fps_idling.enable_idling = options.frames is None and options.test_function is None and not busy
+        if options.frames is not None:
+            warm = is_warm(state) or now - clock["warm_since"] > WARM_TIMEOUT_S
+            if warm and clock["warm_frame"] is None:
+                clock["warm_frame"] = state.frame
+            if clock["warm_frame"] is not None and state.frame - clock["warm_frame"] >= options.frames:
+                params.app_shall_exit = True
+
+    def window(name: str, dock: str) -> hello_imgui.DockableWindow:
+        def gui() -> None:
+            if gfx:
+                draws[name](state, gfx[0])
+        return hello_imgui.DockableWindow(label_=WINDOW_TITLES[name], dock_space_name_=dock, gui_function_=gui)
+
+    params = hello_imgui.RunnerParams()
+    params.app_window_params.window_title = "shannon-autograd"
+    params.app_window_params.window_geometry.size = options.size
+    params.imgui_window_params.default_imgui_window_type = (
+        hello_imgui.DefaultImGuiWindowType.provide_full_screen_dock_space)
+    params.imgui_window_params.show_status_bar = True
+    params.imgui_window_params.show_status_fps = False
+    params.imgui_window_params.show_menu_bar = True
+    params.imgui_window_params.show_menu_app = False
+    params.imgui_window_params.remember_status_bar_settings = False
+    splits, docks = _docking(options.panel)
+    params.docking_params.docking_splits = splits
+    params.docking_params.dockable_windows = [window(name, dock) for name, dock in docks.items()]
+    params.docking_params.layout_condition = hello_imgui.DockingLayoutCondition.application_start
+    if options.frames is not None or options.test_function is not None:
+        params.ini_disable = True  # tests and screenshots start from the default layout, every time
+    else:
+        params.ini_folder_type = hello_imgui.IniFolderType.app_user_config_folder
+        params.ini_filename = "shannon-autograd/imgui.ini"
+    params.callbacks.post_init = lambda: gfx.append(Gfx())
+    params.callbacks.pre_new_frame = before_frame
+    params.callbacks.show_status = lambda: status.draw_status(state)
+    params.callbacks.show_gui = lambda: status.draw_errors(state)
+    params.callbacks.before_exit = controller.close
+    controller.start(state)
+    addons = immapp.AddOnsParams(with_implot=True)
+    try:
+        if options.test_function is not None:
+            from imgui_bundle.immapp import testing
+
+            testing.run(test_function=lambda ctx: options.test_function(ctx, state),
+                        runner_params=params, add_ons_params=addons)
+        else:
+            immapp.run(params, addons)
+    finally:
+        controller.close()
+    if options.screenshot:
+        _save_screenshot(options.screenshot)
+    return 0
+
+
+def _save_screenshot(path: str) -> None:
+    from imgui_bundle import hello_imgui
+    from PIL import Image
+
+    from engine import atomic
+
+    pixels = hello_imgui.final_app_window_screenshot()
+    if pixels is None or pixels.size == 0:
+        raise UserError(f"--screenshot {path}: the window closed before a frame was drawn")
+    with atomic.atomic_path(path) as tmp:
+        Image.fromarray(pixels[..., :3]).save(tmp, format="PNG")

@@ -1,0 +1,249 @@
+"""The controller: turns the state into worker requests and worker answers into state.
+
+`tick(state, dt)` runs once per frame on the UI thread, before the panels draw:
+
+1. drain both links' answers into the state (frames, fit snapshots, parity results,
+   errors);
+2. advance the timeline while playing;
+3. run the commands the panels queued (reset, step, export, gradient parity);
+4. ask for the frame the panel should show: at preview quality while the user
+   interacts or the timeline plays, at full quality once still (newest request wins,
+   so a slow frame never queues up behind stale ones);
+5. keep the running fit going as the primary link's idle work, so frames (higher
+   priority) interleave with fit batches and the view stays interactive;
+6. send the latest full-quality frame to the parity backend when its worker is idle.
+
+The primary backend (`--arch`) runs the renderer and the fit in one worker; the
+parity backend (`--parity-arch`) runs in another. See `app.ui.links`.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from app.ui.links import Answer, Request, WorkerLink
+from app.ui.panels.parity import summarise
+from app.ui.state import AppState, Command
+from engine.parity import compare
+
+SERVICES = "app.ui.services"
+GRAD_RTOL = 1e-3  # gradient parity: max |A - B| within this fraction of max |A| (the brief's rel 1e-3)
+FIT_BATCH_S = 0.05  # a running fit returns to the link this often, so frames can interleave
+MIN_RENDER_PX = 32
+
+
+def user_message(error: str) -> str:
+    """A worker's error as the user should read it: a UserError's own line, else the whole report."""
+    marker = "UserError: "
+    return error.split(marker, 1)[1] if marker in error else error
+
+
+def _parity_post(answer: Answer) -> None:
+    """Parity link: compare B's answer with A's (carried in the request context), off the UI thread."""
+    reference, atol = answer.request.context
+    if answer.request.slot == "render":
+        answer.extra = summarise(reference, answer.outputs["linear"], atol)
+    else:
+        answer.extra = {"report": compare(reference, answer.outputs["grad"], atol)}
+
+
+class Controller:
+    """Owns the two worker links; see the module docstring."""
+
+    def __init__(self, state: AppState):
+        self.primary = WorkerLink(state.arch, priorities=("fit", "render"), queued=("fit",))
+        self.parity = WorkerLink(state.parity_arch, priorities=("grad", "render"), post=_parity_post)
+        self._sent_render: dict | None = None
+        self._fit_started: float | None = None  # perf_counter when the running fit's rate window began
+        self._fit_iterations_at_start = 0
+        self._compiling: set[str] = {"ray march", "shape fit"}  # kernels not run yet in the primary worker
+
+    def start(self, state: AppState) -> None:
+        self.primary.start()
+        self.parity.start()
+        state.commands.append(Command("fit_reset", {"target": state.fit.target, "subdiv": state.fit.subdiv,
+                                                    "lr": state.fit.lr, "smooth": state.fit.smooth}))
+
+    def close(self) -> None:
+        self.primary.close()
+        self.parity.close()
+
+    # --- once per frame -------------------------------------------------------------------------
+    def tick(self, state: AppState, dt: float) -> None:
+        self._link_status(state)
+        while not self.primary.answers.empty():
+            self._primary_answer(state, self.primary.answers.get())
+        while not self.parity.answers.empty():
+            self._parity_answer(state, self.parity.answers.get())
+        view = state.raymarch
+        if view.playing:
+            view.t = (view.t + dt * view.speed / view.cycle_s) % 1.0
+        for command in state.commands:
+            self._command(state, command)
+        state.commands.clear()
+        self._request_frame(state)
+        self._keep_fitting(state)
+        self._request_parity(state)
+
+    def _link_status(self, state: AppState) -> None:
+        primary = self.primary.status
+        if primary.startswith("unavailable"):
+            state.primary_status = primary
+            state.error(f"primary backend {state.arch}: {primary}")
+        elif primary != "starting" and not state.backend:
+            state.backend = self.primary.backend.get("arch", state.arch)
+            state.backend_note = self.primary.backend.get("note", "")
+            state.primary_status = "ready"
+        parity = self.parity.status
+        state.parity.status = {"ready": "idle"}.get(parity, parity)
+        warmup = []
+        if primary == "starting":
+            warmup.append(f"starting the {state.arch} backend")
+        elif not primary.startswith("unavailable"):
+            warmup += [f"compiling {what} kernels" for what in sorted(self._compiling)]
+        if parity == "starting":
+            warmup.append(f"starting the {state.parity_arch} parity backend")
+        state.warmup = warmup
+
+    # --- answers --------------------------------------------------------------------------------
+    def _primary_answer(self, state: AppState, answer: Answer) -> None:
+        name = answer.request.name.rsplit(":", 1)[-1]
+        if name == "render_frame":
+            self._compiling.discard("ray march")
+        elif name.startswith("fit_"):
+            self._compiling.discard("shape fit")
+        if answer.outputs is None:
+            message = user_message(answer.error)
+            if name == "render_frame":
+                state.raymarch.error = message
+            else:
+                state.fit.error, state.fit.running = message, False
+            if name == "fit_reset":
+                state.fit.busy = state.fit.ready = False
+            state.error(message)
+            return
+        out = answer.outputs
+        if name == "render_frame":
+            view = state.raymarch
+            view.error = ""
+            view.image, view.image_version = out["srgb"], view.image_version + 1
+            view.image_is_full = bool(answer.request.context["full"])
+            view.ms_per_frame = float(out["ms"])
+            view.frames_rendered += 1
+            if "linear" in out:
+                view.linear, view.linear_request = out["linear"], answer.request.inputs
+        elif name == "fit_reset":
+            fit = state.fit
+            fit.faces, fit.target_vertices, fit.target_faces = out["faces"], out["target_vertices"], out["target_faces"]
+            fit.target_version += 1
+            fit.losses, fit.busy, fit.ready, fit.exported, fit.error = [], False, True, "", ""
+            self._fit_snapshot(state, out)
+        elif name in ("fit_run", "fit_step"):
+            self._fit_snapshot(state, out)
+        elif name == "fit_export":
+            state.fit.exported = str(out["path"])
+        elif name == "fit_gradient":
+            atol = GRAD_RTOL * float(np.abs(out["grad"]).max())
+            state.parity.grad_summary = f"gradients at iteration {int(out['iteration'])}: waiting for {state.parity_arch}"
+            self.parity.send(Request("grad", "fit_gradient_at", dict(out["at"]), context=(out["grad"], atol)))
+
+    def _fit_snapshot(self, state: AppState, out: dict) -> None:
+        fit = state.fit
+        fit.vertices, fit.mesh_version = out["vertices"], fit.mesh_version + 1
+        fit.losses.extend(float(loss) for loss in out["losses"])
+        fit.iteration = int(out["iteration"])
+        if fit.running and self._fit_started is not None:
+            elapsed = time.perf_counter() - self._fit_started
+            if elapsed > 0.5:
+                fit.iterations_per_s = (fit.iteration - self._fit_iterations_at_start) / elapsed
+        if fit.iteration >= fit.max_iterations:
+            fit.running = False
+        if len(out["tape_names"]):
+            tape = state.tape
+            tape.iteration = fit.iteration
+            tape.names = [str(name) for name in out["tape_names"]]
+            tape.forward_ms = [float(s) * 1e3 for s in out["tape_forward_s"]]
+            tape.backward_ms = [float(s) * 1e3 for s in out["tape_backward_s"]]
+
+    def _parity_answer(self, state: AppState, answer: Answer) -> None:
+        view = state.parity
+        if answer.outputs is None:
+            failed = f"comparison failed: {user_message(answer.error)}"
+            if answer.request.slot == "grad":
+                view.grad_summary = failed
+            else:
+                view.what = failed
+            return
+        if answer.request.slot == "grad":
+            report = answer.extra["report"]
+            verdict = "agree" if report.share_within == 1.0 else "DIFFER"
+            view.grad_summary = (f"fit gradients {verdict} (rel {GRAD_RTOL:g} of max |grad|): "
+                                 f"{report.share_within * 100:.2f} % within, max |A - B| {report.max_abs_err:.3g}")
+            return
+        report = answer.extra["report"]
+        inputs = answer.request.inputs
+        view.what = f"ray-march frame t={inputs['t']:.3f}, {inputs['width']}x{inputs['height']}, {report.count:,} values"
+        view.share_within, view.max_abs_err = report.share_within, report.max_abs_err
+        y, x, channel = report.worst_index
+        view.worst = f"worst at pixel ({x}, {y}) {'RGB'[channel]}: {report.worst_a:.6g} vs {report.worst_b:.6g}"
+        view.heatmap, view.heatmap_version = answer.extra["heatmap"], view.heatmap_version + 1
+        view.hist_counts, view.hist_log_err = answer.extra["hist_counts"], answer.extra["hist_log_err"]
+        view.compared_request = inputs
+
+    # --- requests -------------------------------------------------------------------------------
+    def _command(self, state: AppState, command: Command) -> None:
+        fit = state.fit
+        if command.kind == "fit_reset":
+            fit.busy = True
+            fit.iterations_per_s = 0.0
+            self._send_fit(state, "fit_reset", command.args)
+        elif command.kind == "fit_step":
+            self._send_fit(state, "fit_run", {"max_steps": 1, "budget_s": 0.0})
+        elif command.kind == "fit_export":
+            self._send_fit(state, "fit_export", command.args)
+        elif command.kind == "parity_grad":
+            fit.running = False
+            self._send_fit(state, "fit_gradient", {})
+
+    def _send_fit(self, state: AppState, function: str, inputs: dict) -> None:
+        if self.primary.status.startswith("unavailable"):
+            state.error(f"shape fit: the {state.arch} backend is unavailable")
+            return
+        self.primary.send(Request("fit", f"{SERVICES}:{function}", inputs))
+
+    def _request_frame(self, state: AppState) -> None:
+        view = state.raymarch
+        preview = view.playing or time.perf_counter() < view.interacting_until
+        scale = min(view.preview_scale, view.res_scale) if preview else view.res_scale
+        width, height = (max(int(side * scale), MIN_RENDER_PX) for side in view.view_px)
+        if min(view.view_px) < MIN_RENDER_PX:
+            return  # the panel has not been laid out (or is collapsed)
+        inputs = {"t": round(view.t, 4), "yaw": view.orbit.yaw, "pitch": view.orbit.pitch,
+                  "distance": view.orbit.distance, "width": width, "height": height, "linear": not preview}
+        if inputs == self._sent_render:
+            return
+        self._sent_render = inputs
+        self.primary.send(Request("render", f"{SERVICES}:render_frame", inputs, context={"full": not preview}))
+
+    def _keep_fitting(self, state: AppState) -> None:
+        fit = state.fit
+        running = fit.running and fit.ready and not fit.busy
+        if running and self.primary.idle_request is None:
+            self._fit_started, self._fit_iterations_at_start = time.perf_counter(), fit.iteration
+            self.primary.idle_request = Request("fit", f"{SERVICES}:fit_run", {
+                "max_steps": fit.max_iterations, "budget_s": FIT_BATCH_S, "until": fit.max_iterations})
+            self.primary.poke()
+        elif not running and self.primary.idle_request is not None:
+            self.primary.idle_request = None
+            fit.iterations_per_s = 0.0
+
+    def _request_parity(self, state: AppState) -> None:
+        view = state.raymarch
+        if (view.linear is None or view.linear_request == state.parity.compared_request
+                or self.parity.status != "ready" or self.parity.pending("render")):
+            return
+        state.parity.compared_request = view.linear_request
+        state.parity.status = "busy"
+        self.parity.send(Request("render", f"{SERVICES}:render_frame", dict(view.linear_request),
+                                 context=(view.linear, state.parity.atol)))

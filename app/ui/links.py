@@ -1,0 +1,135 @@
+"""A backend worker driven from a background thread, so the UI thread never waits on Taichi.
+
+Taichi 1.7.4 holds the GIL while a kernel runs (cpu) and while it syncs (vulkan):
+a kernel launched from any thread of the UI process freezes the window for as long
+as it runs (measured: a 0.75 s cpu kernel in a thread blocked the main thread for
+0.75 s). So the app never runs Taichi in its own process. Each backend lives in an
+`engine.worker.BackendWorker` process, and a `WorkerLink` thread talks to it; waiting
+on the pipe releases the GIL.
+
+Requests go into named slots. In a replacing slot the newest request wins (a frame
+for an old camera angle is never rendered); a queueing slot keeps every request in
+order (Reset, then Step). Slots are served in `priorities` order; when all are empty
+the link runs `idle_request` if one is set (the running fit's next batch). Answers
+land on `answers`, which the controller drains on the UI thread.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from engine.worker import BackendWorker, WorkerError
+
+
+@dataclass
+class Request:
+    slot: str
+    name: str  # a computation name or "module:function" run in the worker
+    inputs: dict
+    context: Any = None  # travels with the answer, never sent to the worker
+
+
+@dataclass
+class Answer:
+    request: Request
+    outputs: dict | None  # None when the call failed
+    error: str = ""
+    seconds: float = 0.0  # wall time of the call, as seen from the UI process
+    extra: dict = field(default_factory=dict)  # what `post` computed off the UI thread
+
+
+class WorkerLink:
+    """One backend worker and the thread that feeds it. See the module docstring."""
+
+    def __init__(self, arch: str, priorities: tuple[str, ...], queued: tuple[str, ...] = (),
+                 post: Callable[[Answer], None] | None = None):
+        self.arch = arch
+        self.status = "starting"  # "starting", "ready", "busy", or "unavailable: <why>"
+        self.backend: dict = {}  # the worker's record of what actually runs (once ready)
+        self.in_flight: str = ""  # the computation running now, "" when none
+        self.answers: "queue.Queue[Answer]" = queue.Queue()
+        self.idle_request: Request | None = None  # set from the UI thread; read here
+        self._priorities = priorities
+        self._queued = set(queued)
+        self._slots: dict[str, deque[Request]] = {slot: deque() for slot in priorities}
+        self._post = post
+        self._wake = threading.Condition()
+        self._stop = False
+        self._worker: BackendWorker | None = None
+        self._thread = threading.Thread(target=self._run, name=f"link-{arch}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def send(self, request: Request) -> None:
+        """Queue `request` in its slot (replacing what waits there unless the slot queues)."""
+        with self._wake:
+            slot = self._slots[request.slot]
+            if request.slot not in self._queued:
+                slot.clear()
+            slot.append(request)
+            self._wake.notify()
+
+    def pending(self, slot: str) -> int:
+        with self._wake:
+            return len(self._slots[slot])
+
+    def poke(self) -> None:
+        """Wake the thread (after `idle_request` was set)."""
+        with self._wake:
+            self._wake.notify()
+
+    def _next(self) -> Request | None:
+        with self._wake:
+            while not self._stop:
+                for slot in self._priorities:
+                    if self._slots[slot]:
+                        return self._slots[slot].popleft()
+                if self.idle_request is not None:
+                    return self.idle_request
+                self._wake.wait(0.5)
+            return None
+
+    def _run(self) -> None:
+        try:
+            self._worker = BackendWorker(self.arch)
+        except WorkerError as exc:
+            self.status = f"unavailable: {exc}"
+            return
+        self.backend = self._worker.backend
+        self.status = "ready"
+        while (request := self._next()) is not None:
+            self.in_flight, self.status = request.name, "busy"
+            started = time.perf_counter()
+            try:
+                answer = Answer(request, self._worker.call(request.name, **request.inputs))
+            except WorkerError as exc:
+                answer = Answer(request, None, error=str(exc))
+            except (OSError, EOFError, ValueError):  # `close` killed the worker under a call
+                if self._stop:
+                    return
+                raise
+            answer.seconds = time.perf_counter() - started
+            if answer.outputs is not None and self._post is not None:
+                self._post(answer)
+            self.in_flight = ""
+            self.answers.put(answer)
+            if not self._worker.alive:
+                self.status = f"unavailable: the {self.arch} worker stopped ({answer.error})"
+                return
+            self.status = "ready"
+        self._worker.close()
+
+    def close(self, wait_s: float = 2.0) -> None:
+        """Stop the thread; a worker still busy after `wait_s` is killed."""
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        self._thread.join(wait_s)
+        if self._thread.is_alive() and self._worker is not None:
+            self._worker.kill()
+            self._thread.join(wait_s)

@@ -1,0 +1,52 @@
+"""Status bar (backend, Taichi version, warm-up progress, UI rate) and the errors window."""
+from __future__ import annotations
+
+from imgui_bundle import imgui
+
+from app.ui.state import AppState
+
+_SPINNER = "|/-\\"
+
+
+def draw_status(state: AppState) -> None:
+    backend = state.backend or f"{state.arch} (starting)"
+    imgui.text(f"backend: {backend}")
+    if state.backend_note:
+        imgui.set_item_tooltip(state.backend_note)
+    imgui.same_line()
+    imgui.text_disabled(f"| parity: {state.parity_arch} | Taichi {state.taichi_version}")
+    imgui.same_line()
+    if state.warmup:
+        spinner = _SPINNER[(state.frame // 6) % len(_SPINNER)]
+        imgui.text_colored(imgui.ImVec4(1.0, 0.8, 0.3, 1.0), f"| {spinner} {'; '.join(state.warmup)}")
+    else:
+        imgui.text_disabled("| warm")
+    if state.errors:
+        imgui.same_line()
+        imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), f"| {len(state.errors)} error(s)")
+    if state.show_timings:
+        imgui.same_line()
+        imgui.text_disabled(f"| UI {state.ui_fps:.0f} fps")
+
+
+def draw_errors(state: AppState) -> None:
+    """A window listing the errors (bad mesh file, worker failure, ...) until dismissed."""
+    if not state.errors:
+        return
+    viewport = imgui.get_main_viewport()
+    imgui.set_next_window_pos(imgui.ImVec2(viewport.work_pos.x + viewport.work_size.x * 0.5, viewport.work_pos.y + 40),
+                              imgui.Cond_.appearing, imgui.ImVec2(0.5, 0.0))
+    imgui.set_next_window_size_constraints(imgui.ImVec2(360, 0), imgui.ImVec2(900, 400))
+    flags = imgui.WindowFlags_.always_auto_resize | imgui.WindowFlags_.no_collapse | imgui.WindowFlags_.no_docking
+    if imgui.begin("Errors", None, flags):
+        for index, message in enumerate(list(state.errors)):
+            imgui.push_id(index)
+            imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), "error:")
+            imgui.same_line()
+            imgui.push_text_wrap_pos(imgui.get_font_size() * 45)
+            imgui.text_wrapped(message)
+            imgui.pop_text_wrap_pos()
+            imgui.pop_id()
+        if imgui.button("Dismiss"):
+            state.errors.clear()
+    imgui.end()

@@ -1,0 +1,97 @@
+"""What the desktop app runs inside its backend workers (called by "module:function").
+
+These functions execute in a `BackendWorker` process, never in the UI process (see
+`app.ui.links` for why). They are host glue over the engine's public API: build the
+ray-march frame for the panel, step the shape fit, read its tape.
+No device math here. The fit session lives in this module's globals (the renderer in
+`app.scenes.robot_arm`'s), which is what a long-lived worker process is for.
+
+Each function takes numpy-compatible keyword inputs and returns a dict of arrays.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+_fit = None  # app.scenes.shape_fit.ShapeFit, replaced by every reset
+
+
+def render_frame(t: float, yaw: float, pitch: float, distance: float, width: int, height: int,
+                 linear: bool = False) -> dict:
+    """The "raymarch_frame" computation (timeline `t` in [0, 1], orbit camera), for display.
+
+    Returns `srgb` (H, W, 3) uint8, `ms` (worker-side render time) and, with
+    `linear=True`, the (H, W, 3) float32 linear image that the parity panel compares
+    against the parity backend's "raymarch_frame" output.
+    """
+    from app.scenes.robot_arm import raymarch_frame
+    from engine.image_io import srgb8
+
+    out = raymarch_frame(float(t), int(width), int(height), azimuth=float(yaw), elevation=float(pitch),
+                         distance=float(distance))
+    frame = {"srgb": srgb8(out["rgb"]), "ms": out["ms"]}
+    if linear:
+        frame["linear"] = out["rgb"]
+    return frame
+
+
+def fit_reset(target: str, subdiv: int, lr: float, smooth: float) -> dict:
+    """Start a new fit of an icosphere to `target` (a built-in name or a mesh file path)."""
+    global _fit
+    from app.scenes.shape_fit import ShapeFit
+
+    if _fit is not None:
+        _fit.destroy()  # free its fields before allocating the next fit's
+    _fit = None  # a failed reset leaves no half-built fit behind
+    fit = ShapeFit(str(target), subdiv=int(subdiv), lr=float(lr), smooth=float(smooth), profile=True)
+    _fit = fit
+    return {**_snapshot(fit, []), "faces": np.asarray(fit.faces, dtype=np.int32),
+            "target_vertices": np.asarray(fit.target.vertices, dtype=np.float32),
+            "target_faces": np.asarray(fit.target.faces, dtype=np.int32)}
+
+
+def fit_run(max_steps: int, budget_s: float, until: int = 2**31) -> dict:
+    """Step the fit once, then on until `max_steps` steps, `budget_s` seconds or iteration `until`."""
+    if _fit is None:
+        raise RuntimeError("no fit: reset first")
+    started = time.perf_counter()
+    losses = []
+    while True:
+        losses.append(float(_fit.step()))
+        if (len(losses) >= int(max_steps) or _fit.iteration >= int(until)
+                or time.perf_counter() - started >= float(budget_s)):
+            break
+    return {**_snapshot(_fit, losses), "seconds": np.float64(time.perf_counter() - started)}
+
+
+def fit_gradient() -> dict:
+    """d loss / d vertices at the current mesh, with what `fit_gradient_at` needs to redo it elsewhere."""
+    if _fit is None:
+        raise RuntimeError("no fit: reset first")
+    grad = _fit.gradient()
+    return {"grad": grad, "loss": np.float64(_fit.loss.value[None]), "iteration": np.int64(_fit.iteration),
+            "at": {"target": np.array(_fit.target_name), "subdiv": np.int64(_fit.subdiv),
+                   "n_samples": np.int64(_fit.n_samples), "seed": np.int64(_fit.seed),
+                   "vertices": _fit.x.to_numpy()}}
+
+
+def fit_export(path: str) -> dict:
+    """Write the current fitted mesh as an OBJ file (atomically)."""
+    if _fit is None:
+        raise RuntimeError("no fit: reset first")
+    _fit.export_obj(path)
+    return {"path": np.array(str(path))}
+
+
+def _snapshot(fit, losses: list[float]) -> dict:
+    """The fit's mesh, new losses and its tape's last-iteration launches, as arrays."""
+    entries = fit.tape.entries
+    return {
+        "vertices": np.asarray(fit.vertices(), dtype=np.float32),
+        "losses": np.asarray(losses, dtype=np.float64),
+        "iteration": np.int64(len(fit.losses)),
+        "tape_names": np.array([entry.name for entry in entries], dtype=str),
+        "tape_forward_s": np.array([entry.forward_s or 0.0 for entry in entries], dtype=np.float64),
+        "tape_backward_s": np.array([entry.backward_s or 0.0 for entry in entries], dtype=np.float64),
+    }
