@@ -470,3 +470,21 @@ class LaunchSequence:
     @property
     def native(self) -> bool:
         return all(each.native for each in self.launches)
+
+    @classmethod
+    def from_entries(cls, entries: Sequence[Any], forward: bool = True, backward: bool = True) -> "LaunchSequence":
+        """A recorded iteration as one sequence: the launches in order, then their adjoints in reverse.
+
+        `entries` are a tape's (`engine.autodiff.tape.Tape.entries`: `.kernel`, `.args`,
+        `.name`). Replaying it does what the recorded forward and `tape.backward()` launched,
+        with the same arguments; seeding and zeroing gradients stay the caller's (as for
+        `tape.backward(None)`), and so do hazard checks (done when the tape recorded).
+        Custom steps keep no forward, so a tape holding one is refused.
+        """
+        custom = [entry.name for entry in entries if entry.kernel is None]
+        if custom:
+            raise ValueError(f"custom steps cannot be replayed as a launch sequence: {', '.join(custom)}")
+        launches = [bind(entry.kernel, *entry.args, name=entry.name) for entry in entries] if forward else []
+        if backward:
+            launches += [bind(entry.kernel.grad, *entry.args, name=f"{entry.name}.grad") for entry in reversed(entries)]
+        return cls(launches)

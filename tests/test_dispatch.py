@@ -408,3 +408,39 @@ def test_raymarch_render_bound_equals_plain(ti_cpu):
     for plain, fast in zip(images[0], images[1]):
         for a, b in zip(plain, fast):
             np.testing.assert_array_equal(b, a)
+
+
+def test_recorded_iteration_replays_as_one_sequence(ti_cpu):
+    """Forward + backward of a taped iteration, replayed natively, equals the tape's own run."""
+    from engine.autodiff.tape import Tape
+    from engine.dispatch import LaunchSequence
+    from engine.kernels.affine import affine, sum_into
+    from engine.launch import launch
+
+    x0 = np.linspace(-2, 2, N).astype(np.float32)
+    results = []
+    for replay in (False, True):
+        x, y = _field(x0, needs_grad=True), _field(None, needs_grad=True)
+        loss = ti.field(ti.f32, (), needs_grad=True)
+        tape = Tape()
+        with tape:
+            launch(affine, x, y, 3.0, 0.25)
+            launch(sum_into, y, loss)
+        tape.backward(loss)
+        sequence = LaunchSequence.from_entries(tape.entries) if replay else None
+        for _ in range(2):  # two more iterations: zero, (seed,) forward + backward
+            loss[None] = 0.0
+            if replay:
+                tape.zero_grad()
+                loss.grad[None] = 1.0
+                sequence()
+            else:
+                tape.reset()
+                with tape:
+                    launch(affine, x, y, 3.0, 0.25)
+                    launch(sum_into, y, loss)
+                tape.backward(loss)
+        results.append((loss[None], y.to_numpy(), x.grad.to_numpy()))
+    assert results[0][0] == results[1][0]
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    np.testing.assert_array_equal(results[1][2], 3.0)
