@@ -1,4 +1,6 @@
-"""`python -m app bench closest [--arch A] [--repeats R] [--leaf-size L] [--no-warp]`: closest-point queries against Warp.
+"""`python -m app bench closest`: closest-point queries per second, ours against Warp's wp.Mesh.
+
+Options: [--arch A] [--repeats R] [--leaf-size L] [--no-warp].
 
 Mesh: the 20,480-triangle icosphere (engine.meshgen.icosphere(5)). Queries: 128,
 1,024 and 16,384 points uniform in [-2, 2]^3 (seeded). Ours: `TriangleBVH.query`
@@ -10,9 +12,10 @@ Before timing, every batch is validated: our squared distances equal the brute-f
 kernel's (first 1,024 points, 1e-6 relative: the same arithmetic) and Warp's (every
 point: distances within 1e-6 x max(1, distance); Warp evaluates the closest point with
 different float32 arithmetic, and near the surface squared distances lose relative
-precision to cancellation on both sides), with no misses and no stack overflows. Timing: each repetition launches a batch enough times to
-last ~0.2 s and synchronises once at the end; ours and Warp's alternate repetition
-by repetition so both see the same machine load; the median repetition is reported,
+precision to cancellation on both sides), with no misses and no stack overflows.
+Timing: each repetition launches a batch enough times to last ~0.2 s and
+synchronises once at the end; ours and Warp's alternate repetition by repetition
+so both see the same machine load; the median repetition is reported,
 as wall-clock throughput and as process CPU time per query (all threads summed: the
 work per query, which other processes' load barely changes).
 Build: ours is `TriangleBVH.rebuild()` (host median-split sort, upload, device
@@ -152,13 +155,15 @@ def table(result: dict, arch: str, repeats: int) -> str:
     fmt = lambda value, spec: "-" if value is None else format(value, spec)  # noqa: E731
     lines = [f"closest-point queries, icosphere(5) ({result['faces']:,} triangles), {arch}, "
              f"leaf size {result['leaf_size']}, depth {result['depth']}, median of {repeats}",
-             "| queries | ours (M queries/s) | Warp (M queries/s) | ours / Warp | ours CPU us/query | Warp CPU us/query "
-             "| dist2 rel err vs brute | distance err vs Warp |",
+             "| queries | ours (M queries/s) | Warp (M queries/s) | ours / Warp "
+             "| ours CPU us/query | Warp CPU us/query | dist2 rel err vs brute | distance err vs Warp |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in result["rows"]:
         ratio = row["ours_qps"] / row["warp_qps"] if row["warp_qps"] else None
-        lines.append(f"| {row['n']:,} | {row['ours_qps'] / 1e6:.3f} | {fmt(row['warp_qps'] and row['warp_qps'] / 1e6, '.3f')} "
-                     f"| {fmt(ratio, '.2f')} | {row['ours_cpu_us']:.2f} | {fmt(row['warp_cpu_us'], '.2f')} | {row['brute_rel_err']:.2g} | {fmt(row.get('warp_err'), '.2g')} |")
+        warp_mqps = row["warp_qps"] / 1e6 if row["warp_qps"] else None
+        lines.append(f"| {row['n']:,} | {row['ours_qps'] / 1e6:.3f} | {fmt(warp_mqps, '.3f')} | {fmt(ratio, '.2f')} "
+                     f"| {row['ours_cpu_us']:.2f} | {fmt(row['warp_cpu_us'], '.2f')} | {row['brute_rel_err']:.2g} "
+                     f"| {fmt(row.get('warp_err'), '.2g')} |")
     lines += ["", "| BVH | ours (ms) | Warp (ms) |", "|---|---:|---:|",
               f"| build | {result['build_ms']:.2f} | {fmt(result['warp_build_ms'], '.2f')} |",
               f"| refit | {result['refit_ms']:.3f} | {fmt(result['warp_refit_ms'], '.3f')} |"]

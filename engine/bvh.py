@@ -133,6 +133,8 @@ class TriangleBVH:
         _check_mesh(vertices_np, faces_np)
         self.n_faces = len(faces_np)
         self.depth = tree_depth(self.n_faces, leaf_size)
+        if not 1 <= stack_size <= kernels.STACK_SIZE:
+            raise UserError(f"BVH query stack size must be in 1..{kernels.STACK_SIZE}, got {stack_size}")
         self.stack_size = stack_size  # below depth only in tests of the overflow guard
         if self.depth > kernels.STACK_SIZE:
             raise UserError(f"mesh of {self.n_faces} faces needs a tree deeper than the query stack "
@@ -183,8 +185,8 @@ class TriangleBVH:
 
     def query(self, points, out_face, out_bary, out_point, out_dist2, n: int) -> None:
         """Closest point on the mesh for points[0:n], written to the out_* fields (one launch)."""
-        launch(kernels.closest_point_query, points, n, self.tris, self.spheres, self.order, self.leaf_start, self.boxes,
-               self.depth, out_face, out_bary, out_point, out_dist2, self.counter, self.stack_size)
+        launch(kernels.closest_point_query, points, n, self.tris, self.spheres, self.order, self.leaf_start,
+               self.boxes, self.depth, out_face, out_bary, out_point, out_dist2, self.counter, self.stack_size)
 
     def _buffers_for(self, n: int) -> QueryBuffers:
         if self._buffers is None or self._buffers.capacity < n:

@@ -45,7 +45,7 @@ def run(ctx) -> None:
         points = sample_queries(vertices, faces, QUERIES, seed=seed)
         out_a = computations.run("closest_point", vertices=vertices, faces=faces, points=points)
         out_b = ctx.parity.call("closest_point", vertices=vertices, faces=faces, points=points)
-        brute = max(max_rel_err(out_a["dist2"], out_a["brute_dist2"]), max_rel_err(out_b["dist2"], out_b["brute_dist2"]))
+        brute = max(max_rel_err(out["dist2"], out["brute_dist2"]) for out in (out_a, out_b))
         parity = max_rel_err(out_a["dist2"], out_b["dist2"])
         guards = sum(int(out[key]) for out in (out_a, out_b) for key in ("misses", "overflows"))
         worst_brute, worst_parity, total = max(worst_brute, brute), max(worst_parity, parity), total + len(points)

@@ -89,8 +89,8 @@ def refit(vertices: ti.template(), faces: ti.template(), order: ti.template(), l
 
 
 @ti.kernel
-def closest_point_query(points: ti.template(), n: ti.i32, tris: ti.template(), spheres: ti.template(), order: ti.template(),
-                        leaf_start: ti.template(), boxes: ti.template(), depth: ti.template(),
+def closest_point_query(points: ti.template(), n: ti.i32, tris: ti.template(), spheres: ti.template(),
+                        order: ti.template(), leaf_start: ti.template(), boxes: ti.template(), depth: ti.template(),
                         out_face: ti.template(), out_bary: ti.template(), out_point: ti.template(),
                         out_dist2: ti.template(), counters: ti.template(), stack_size: ti.template()):
     """For each of the first n points: the closest triangle, its barycentrics, point and squared distance.
