@@ -108,93 +108,96 @@ def _check(ok: bool, name: str, expected: str, value: Any) -> None:
 
 
 class _Slot:
-    """One non-template argument: how to write a value of it into the launch context.
+    """One non-template argument: how to write a value of it into the binding's launch context.
 
-    Writers remember what they last wrote and skip a value that is provably the same:
-    the same immutable number object, or a `ti.math` vector/matrix whose element bytes
-    are unchanged (bytes, not ==, so -0.0 and 0.0 stay distinct). Nothing else writes
-    into a binding's context, so a skipped write leaves exactly the value a write would.
+    `write(value)` validates and writes; it skips a value that is provably what the
+    context already holds: the same immutable number object, or a `ti.math`
+    vector/matrix with the same element bytes (bytes, not ==, so -0.0 and 0.0 stay
+    distinct). Nothing else writes into a binding's context, so a skipped write leaves
+    exactly what a write would. `force()` writes the last value again (into a fresh
+    context). Writers address `owner._ctx`, which a fresh-context binding replaces.
     """
 
-    def __init__(self, ctx: Any, index: int, name: str, needed: Any, value: Any, host_arrays: bool):
-        self.name, self.index, self.needed = name, (index,), needed
+    def __init__(self, owner: "BoundLaunch", index: int, name: str, needed: Any, value: Any, host_arrays: bool):
+        self.owner, self.name, self.index = owner, name, (index,)
         self.is_array = False
         self.apply: Callable[[], None] | None = None  # re-sets an array before each launch, where needed
-        self.value: Any = None
+        self.value: Any = None  # the last value written, kept alive while bound
+        context = type(owner._ctx)  # unbound setters: called with whatever context is current
         if id(needed) in primitive_types.real_type_ids:
-            self.write = self._number_writer(ctx.set_arg_float, _REAL, float, "a real number")
+            self.write, self.force = self._number_writer(context.set_arg_float, _REAL, float, "a real number")
         elif id(needed) in primitive_types.integer_type_ids:
-            set_int = ctx.set_arg_int if is_signed(cook_dtype(needed)) else ctx.set_arg_uint
-            self.write = self._number_writer(set_int, _INT, int, "an integer")
+            set_int = context.set_arg_int if is_signed(cook_dtype(needed)) else context.set_arg_uint
+            self.write, self.force = self._number_writer(set_int, _INT, int, "an integer")
         elif isinstance(needed, MatrixType):
-            self.write = self._matrix_writer(ctx, needed)
+            self.write, self.force = self._matrix_writer(context, needed)
         elif isinstance(needed, StructType):
-            self.write = self._struct_writer(ctx, needed)
+            self.write, self.force = self._struct_writer(needed)
         elif isinstance(needed, ndarray_type.NdarrayType):
             self.is_array = True
-            self.write = self._array_writer(ctx, needed, value, host_arrays)
+            self.write, self.force = self._array_writer(needed, value, host_arrays)
         else:
             raise Unsupported(f"argument '{name}' of kind {type(needed).__name__}")
 
-    def _number_writer(self, set_number: Callable, kinds: tuple, cast: Callable, expected: str) -> Callable:
-        index, name = self.index, self.name
-        last = [object()]
+    def _number_writer(self, set_number: Callable, kinds: tuple, cast: Callable, expected: str) -> tuple:
+        slot, owner, index, name = self, self.owner, self.index, self.name
 
         def write(value: Any) -> None:
-            if value is last[0]:  # numbers are immutable: the context already holds it
+            if value is slot.value:  # numbers are immutable: the context already holds it
                 return
             _check(isinstance(value, kinds), name, expected, value)
-            set_number(index, cast(value))
-            last[0] = value
+            set_number(owner._ctx, index, cast(value))
+            slot.value = value
 
-        return write
+        def force() -> None:
+            set_number(owner._ctx, index, cast(slot.value))
 
-    def _matrix_writer(self, ctx: Any, needed: MatrixType) -> Callable:
+        return write, force
+
+    def _matrix_writer(self, context: type, needed: MatrixType) -> tuple:
         # The plain call casts every element with float()/int() and writes it with
         # set_struct_arg_* at (slot, flat element index); the same values, the same calls.
         if needed.dtype in primitive_types.real_types:
-            set_elem, kinds, cast, dtype_kinds = ctx.set_struct_arg_float, _REAL, float, "fiu"
+            set_elem, kinds, cast, dtype_kinds = context.set_struct_arg_float, _REAL, float, "fiu"
         elif needed.dtype in primitive_types.integer_types:
-            set_elem = ctx.set_struct_arg_int if is_signed(cook_dtype(needed.dtype)) else ctx.set_struct_arg_uint
+            set_elem = context.set_struct_arg_int if is_signed(cook_dtype(needed.dtype)) else context.set_struct_arg_uint
             kinds, cast, dtype_kinds = _INT, int, "iu"
         else:
             raise Unsupported(f"argument '{self.name}': matrix of {needed.dtype}")
-        name, n, m = self.name, needed.n, needed.m
-        if needed.ndim == 2:
-            at = [(i, j) for i in range(n) for j in range(m)]
-        else:
-            at = list(range(n))
+        slot, owner, name = self, self.owner, self.name
+        at = [(i, j) for i in range(needed.n) for j in range(needed.m)] if needed.ndim == 2 else list(range(needed.n))
         indices = [self.index + (k,) for k in range(len(at))]
-        size = len(at)
-        last = [None]
+        last_key: list[Any] = [None]
 
-        def write(value: Any) -> None:
+        def store(value: Any, skip: bool) -> None:
             entries = getattr(value, "entries", None)  # ti.math vectors/matrices keep a numpy array
-            if isinstance(entries, np.ndarray) and entries.size == size and entries.dtype.kind in dtype_kinds:
+            if isinstance(entries, np.ndarray) and entries.size == len(at) and entries.dtype.kind in dtype_kinds:
                 key = (entries.dtype.char, entries.tobytes())
-                if key == last[0]:
+                if skip and key == last_key[0]:
                     return
                 elements = entries.ravel().tolist()  # row-major: element (i, j) at i*m + j
             else:
                 key, elements = None, [value[k] for k in at]
                 for element in elements:
                     _check(isinstance(element, kinds), name, f"{needed.to_string()} elements", element)
+            ctx = owner._ctx
             for index, element in zip(indices, elements):
-                set_elem(index, cast(element))
-            last[0] = key
+                set_elem(ctx, index, cast(element))
+            last_key[0], slot.value = key, value
 
-        return write
+        return (lambda value: store(value, True)), (lambda: store(slot.value, False))
 
-    def _struct_writer(self, ctx: Any, needed: StructType) -> Callable:
-        index, name = self.index, self.name
+    def _struct_writer(self, needed: StructType) -> tuple:
+        slot, owner, index, name = self, self.owner, self.index, self.name
 
         def write(value: Any) -> None:
             _check(isinstance(value, needed), name, str(needed), value)
-            needed.set_kernel_struct_args(value, ctx, index)
+            needed.set_kernel_struct_args(value, owner._ctx, index)
+            slot.value = value
 
-        return write
+        return write, (lambda: write(slot.value))
 
-    def _array_writer(self, ctx: Any, needed: ndarray_type.NdarrayType, value: Any, host_arrays: bool) -> Callable:
+    def _array_writer(self, needed: ndarray_type.NdarrayType, value: Any, host_arrays: bool) -> tuple:
         """Arrays as the runtime takes them.
 
         On the CPU every array is passed as a raw host pointer (Taichi ndarrays too: their
@@ -202,7 +205,14 @@ class _Slot:
         the launcher leaves untouched, so it is written once. Elsewhere the array is
         re-set before each launch (`apply`), as the plain call's fresh context has it.
         """
-        index = self.index
+        slot, owner, index = self, self.owner, self.index
+        setter: list[Callable[[Any], None] | None] = [None]  # writes the current array into a context
+
+        def apply() -> None:
+            setter[0](owner._ctx)  # type: ignore[misc]
+
+        if not host_arrays:
+            self.apply = apply
         if isinstance(value, Ndarray):
             prog = impl.get_runtime().prog
 
@@ -211,37 +221,37 @@ class _Slot:
                 grad = array.grad.arr if array.grad else None
                 if host_arrays:
                     pointer = prog.get_ndarray_data_ptr_as_int
-                    ctx.set_arg_external_array_with_shape(
-                        index, pointer(array.arr), array.arr.element_size() * array.arr.nelement(),
-                        list(array.shape), 0 if grad is None else pointer(grad))
+                    args = (index, pointer(array.arr), array.arr.element_size() * array.arr.nelement(),
+                            list(array.shape), 0 if grad is None else pointer(grad))
+                    setter[0] = lambda ctx: ctx.set_arg_external_array_with_shape(*args)
                 elif grad is None:
-                    self.apply = functools.partial(ctx.set_arg_ndarray, index, array.arr)
+                    setter[0] = lambda ctx: ctx.set_arg_ndarray(index, array.arr)
                 else:
-                    self.apply = functools.partial(ctx.set_arg_ndarray_with_grad, index, array.arr, grad)
-                self.value = array  # keeps the memory alive while bound
+                    setter[0] = lambda ctx: ctx.set_arg_ndarray_with_grad(index, array.arr, grad)
+                if host_arrays:
+                    apply()
+                slot.value = array
 
-            return write
+            return write, apply
         if not (isinstance(value, np.ndarray) and value.flags.c_contiguous):
             raise Unsupported(f"argument '{self.name}': array of type {type(value).__name__}"
                               + (" (not C-contiguous)" if isinstance(value, np.ndarray) else ""))
         soa = needed.layout == Layout.SOA
         element_dim = 0 if needed.dtype is None or id(needed.dtype) in primitive_types.type_ids else needed.dtype.ndim
 
-        def write(array: Any) -> None:
+        def write_numpy(array: Any) -> None:
             _check(isinstance(array, np.ndarray) and array.flags.c_contiguous, self.name,
                    "a C-contiguous numpy array", array)
             shape = array.shape
             if element_dim:
                 shape = shape[element_dim:] if soa else shape[:-element_dim]
-            set_array = functools.partial(ctx.set_arg_external_array_with_shape, index,
-                                          int(array.ctypes.data), array.nbytes, list(shape), 0)
+            args = (index, int(array.ctypes.data), array.nbytes, list(shape), 0)
+            setter[0] = lambda ctx: ctx.set_arg_external_array_with_shape(*args)
             if host_arrays:
-                set_array()
-            else:
-                self.apply = set_array
-            self.value = array  # keeps the buffer alive while bound
+                apply()
+            slot.value = array
 
-        return write
+        return write_numpy, apply
 
 
 class BoundLaunch:
@@ -251,7 +261,7 @@ class BoundLaunch:
     plain call (`fallback_reason` says which); it still launches correctly.
     """
 
-    def __init__(self, kernel: Any, *args: Any, name: str | None = None):
+    def __init__(self, kernel: Any, *args: Any, name: str | None = None, fresh_context: bool | None = None):
         kern, owner = resolve(kernel)
         self.kernel = kernel
         self.name = name or _kernel_name(kern)
@@ -269,8 +279,13 @@ class BoundLaunch:
         if kern.autodiff_mode != AutodiffMode.NONE and impl.current_cfg().opt_level == 0:
             impl.current_cfg().opt_level = 1  # as Kernel.__call__ does for gradient kernels
         key = kern.ensure_compiled(*self.args)
-        t_kernel = kern.compiled_kernels[key]
+        self._t_kernel = t_kernel = kern.compiled_kernels[key]
         prog = runtime.prog
+        arch = impl.current_cfg().arch
+        # The CUDA (and AMDGPU) launcher points the context's argument and result buffers at
+        # device memory it frees after the launch, so a context there serves one launch only.
+        self.fresh_context = arch in (ti.cuda, ti.amdgpu) if fresh_context is None else fresh_context
+        self._host_arrays = arch in (ti.x64, ti.arm64) and not self.fresh_context
         self._ctx = t_kernel.make_launch_context()
         self._slots: list[_Slot | None] = []
         try:
@@ -281,6 +296,7 @@ class BoundLaunch:
         self._compiled = prog.compile_kernel(prog.config(), prog.get_device_caps(), t_kernel)
         self._prog_launch = prog.launch_kernel
         self._arrays = [slot for slot in self._slots if slot is not None and slot.apply is not None]
+        self._bound_slots = [slot for slot in self._slots if slot is not None]
         self._writers = [(position - self._offset, slot.write) for position, slot in enumerate(self._slots)
                          if slot is not None and not slot.is_array]
         # has_print is known once compiled; both it and returned values need a sync (as the plain call).
@@ -288,7 +304,6 @@ class BoundLaunch:
         self.launch: Callable[[], Any] = self._make_launch(kern.has_print or bool(self._returns))
 
     def _bind_slots(self) -> None:
-        host_arrays = impl.current_cfg().arch in (ti.x64, ti.arm64)  # see _Slot._array_writer
         index = 0
         for argument, value in zip(self._kern.arguments, self.args):
             if isinstance(argument.annotation, template):
@@ -296,7 +311,7 @@ class BoundLaunch:
                 continue
             if index >= MAX_ARGS:
                 raise ti.TaichiRuntimeError(f"{self.name}: more than {MAX_ARGS} non-template arguments")
-            slot = _Slot(self._ctx, index, argument.name, argument.annotation, value, host_arrays)
+            slot = _Slot(self, index, argument.name, argument.annotation, value, self._host_arrays)
             slot.write(value)
             self._slots.append(slot)
             index += 1
@@ -310,15 +325,23 @@ class BoundLaunch:
         self.launch = lambda: kern(*self.args)
 
     def _make_launch(self, syncs: bool) -> Callable[[], Any]:
-        launch = functools.partial(self._prog_launch, self._compiled, self._ctx)
-        if not self._arrays and not syncs:
-            return launch  # the common case: one C call, nothing in Python around it
-        arrays, returns, kern, ctx = self._arrays, self._returns, self._kern, self._ctx
+        if not self._arrays and not syncs and not self.fresh_context:
+            # the common case: one C call, nothing in Python around it
+            return functools.partial(self._prog_launch, self._compiled, self._ctx)
+        arrays, returns, kern = self._arrays, self._returns, self._kern
+        prog_launch, compiled, t_kernel, slots = self._prog_launch, self._compiled, self._t_kernel, self._bound_slots
+        fresh = self.fresh_context
 
         def launch_and_sync() -> Any:
-            for slot in arrays:
-                slot.apply()  # type: ignore[misc]
-            launch()
+            if fresh:
+                self._ctx = t_kernel.make_launch_context()
+                for slot in slots:
+                    slot.force()
+            else:
+                for slot in arrays:
+                    slot.apply()  # type: ignore[misc]
+            ctx = self._ctx
+            prog_launch(compiled, ctx)
             if not syncs:
                 return None
             ti.sync()
@@ -366,9 +389,13 @@ class BoundLaunch:
                              f"({old} -> {new}); bind again")
 
 
-def bind(kernel: Any, *args: Any, name: str | None = None) -> BoundLaunch:
-    """Bind `kernel` (or `kernel.grad`) to `args` once; launch the result with `bound()`."""
-    return BoundLaunch(kernel, *args, name=name)
+def bind(kernel: Any, *args: Any, name: str | None = None, fresh_context: bool | None = None) -> BoundLaunch:
+    """Bind `kernel` (or `kernel.grad`) to `args` once; launch the result with `bound()`.
+
+    `fresh_context` (default: only on CUDA/AMDGPU, whose launchers consume the context)
+    builds a new launch context for every launch and rewrites every argument into it.
+    """
+    return BoundLaunch(kernel, *args, name=name, fresh_context=fresh_context)
 
 
 class NativeKernel:

@@ -80,16 +80,20 @@ def _field(values=None, needs_grad=False, dtype=ti.f32, n=None):
     return f
 
 
-def dispatch_cases() -> dict[str, np.ndarray]:
-    """Each case as `<name>.plain` and `<name>.native` arrays (run in any backend's process)."""
+def dispatch_cases(fresh_context=None) -> dict[str, np.ndarray]:
+    """Each case as `<name>.plain` and `<name>.native` arrays (run in any backend's process).
+
+    `fresh_context` forces the one-context-per-launch mode used on CUDA (default: the arch's).
+    """
     from engine.dispatch import LaunchSequence, bind, native
 
+    fresh = None if fresh_context is None else bool(fresh_context)
     out: dict[str, np.ndarray] = {}
     rng = np.random.default_rng(7)
     x0 = rng.uniform(-1, 1, N).astype(np.float32)
 
     def launch_natively(kernel, *args):
-        bound = bind(kernel, *args)
+        bound = bind(kernel, *args, fresh_context=fresh)
         assert bound.native, bound.fallback_reason
         return bound()
 
@@ -115,7 +119,7 @@ def dispatch_cases() -> dict[str, np.ndarray]:
             arrays(src, dst, host, 0.75)
             arrays(src, dst, host, 1.5)
         else:
-            bound = bind(arrays, src, dst, host, 0.75)
+            bound = bind(arrays, src, dst, host, 0.75, fresh_context=fresh)
             assert bound.native
             bound()
             bound.set("t", 1.5)
@@ -129,7 +133,8 @@ def dispatch_cases() -> dict[str, np.ndarray]:
             reduce_sq(x, loss, 0.5)
             reduce_sq.grad(x, loss, 0.5)
         else:
-            sequence = LaunchSequence([bind(reduce_sq, x, loss, 0.5), bind(reduce_sq.grad, x, loss, 0.5)])
+            sequence = LaunchSequence([bind(reduce_sq, x, loss, 0.5, fresh_context=fresh),
+                                       bind(reduce_sq.grad, x, loss, 0.5, fresh_context=fresh)])
             assert sequence.native
             sequence()
         out[f"grad.{mode}"] = np.append(x.grad.to_numpy(), loss[None])
@@ -143,8 +148,8 @@ def dispatch_cases() -> dict[str, np.ndarray]:
         out[f"ndarray_grad.{mode}"] = np.append(xa.grad.to_numpy(), ya.to_numpy())
 
         r = _field(x0)
-        fast = native(total)
-        values = [total(r, w) for w in (1.0, -2.5)] if mode == "plain" else [fast(r, w) for w in (1.0, -2.5)]
+        fast = native(total) if fresh is None else (lambda *a: launch_natively(total, *a))
+        values = [(total if mode == "plain" else fast)(r, w) for w in (1.0, -2.5)]
         out[f"return.{mode}"] = np.array(values, np.float32)
     return out
 
@@ -156,12 +161,15 @@ def _assert_cases_equal(out: dict[str, np.ndarray]) -> None:
         np.testing.assert_array_equal(out[f"{name}.native"], out[f"{name}.plain"], err_msg=name)
 
 
-def test_native_equals_plain_on_cpu(ti_cpu):
-    _assert_cases_equal(dispatch_cases())
+@pytest.mark.parametrize("fresh_context", [None, True], ids=["reused-context", "fresh-context"])
+def test_native_equals_plain_on_cpu(ti_cpu, fresh_context):
+    _assert_cases_equal(dispatch_cases(fresh_context))
 
 
-def test_native_equals_plain_on_vulkan():
-    _assert_cases_equal(backend_worker("vulkan").call("tests.test_dispatch:dispatch_cases"))
+@pytest.mark.parametrize("fresh_context", [None, True], ids=["reused-context", "fresh-context"])
+def test_native_equals_plain_on_vulkan(fresh_context):
+    inputs = {} if fresh_context is None else {"fresh_context": np.array(fresh_context)}
+    _assert_cases_equal(backend_worker("vulkan").call("tests.test_dispatch:dispatch_cases", **inputs))
 
 
 def test_native_kernel_rebinds_on_new_fields_and_updates_scalars(ti_cpu):
