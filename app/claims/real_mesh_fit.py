@@ -1,6 +1,10 @@
 """Claim `real_mesh_fit`: the icosphere (subdivision 4, 2,562 vertices) shrink-wraps onto each
-real target (spot, blub, penguin) with Chamfer + Adam (lr 0.01) and a Laplacian step (lambda 0.2)
+real target (spot, blub, penguin) with Chamfer + Adam (lr 0.03) and a Laplacian step (lambda 0.4)
 after every update, 400 iterations: the loss falls by >= 2.5 orders on each, with no query misses.
+
+lr and lambda were chosen by measurement (docs/RESULTS.md): against lr 0.01 / lambda 0.2 they
+gain 0.1-0.8 orders and cut the tented share of blub's surface (farther than 0.05 from the
+target) from 12 % to 1 %. The fitted meshes are written to the output folder to look at.
 """
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import time
 
 from app.scenes.shape_fit import REAL_TARGETS, ShapeFit
 
-SUBDIV, LR, SMOOTH, ITERS = 4, 0.01, 0.2, 400
+SUBDIV, LR, SMOOTH, ITERS = 4, 0.03, 0.4, 400
 MIN_ORDERS = 2.5
 
 
