@@ -1,4 +1,4 @@
-"""`python -m app bench fit_overhead [--arch A] [--subdiv S] [--iters N]`: the shape fit's Python overhead.
+"""`python -m app bench fit_overhead [--arch A] [--subdiv S] [--iters N] [--out DIR]`: the shape fit's Python overhead.
 
 The issue-7 goal: time per shape-fit iteration minus the time its kernels run, under 10 % of
 the iteration at the default size (spot, subdivision 3, ShapeFit defaults). Kernel time comes
@@ -53,6 +53,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--target", default="spot", help="shape-fit target (default spot)")
     parser.add_argument("--subdiv", type=int, default=3, help="icosphere subdivision (default 3, the fit's default)")
     parser.add_argument("--iters", type=int, default=20, help="iterations per timed block (default 20)")
+    parser.add_argument("--out", default=None, help="also write the table to OUT/fit_overhead.md")
     options = parser.parse_args(argv)
     if options.iters < 1:
         raise UserError(f"--iters must be at least 1 (got {options.iters})")
@@ -77,13 +78,22 @@ def main(argv: list[str]) -> int:
     finally:
         use_native(True)
         fit.destroy()
-    print(f"arch {arch}; shape fit {options.target}, subdivision {options.subdiv}, {options.iters} iterations "
-          f"per block, median of {BLOCKS} blocks; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
-    print("| dispatch | iteration (ms) | kernels (ms) | Python overhead (ms) | overhead share |")
-    print("|---|---:|---:|---:|---:|")
+    lines = [f"arch {arch}; shape fit {options.target}, subdivision {options.subdiv}, {options.iters} iterations "
+             f"per block, median of {BLOCKS} blocks; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+             "", "| dispatch | iteration (ms) | kernels (ms) | Python overhead (ms) | overhead share |",
+             "|---|---:|---:|---:|---:|"]
     for native in (True, False):
         wall = statistics.median(w for w, _ in results[native])
         kernels = statistics.median(k for _, k in results[native])
-        print(f"| {'native' if native else 'plain call'} | {wall * 1e3:.2f} | {kernels * 1e3:.2f} | "
-              f"{(wall - kernels) * 1e3:.2f} | {100 * (wall - kernels) / wall:.1f} % |")
+        lines.append(f"| {'native' if native else 'plain call'} | {wall * 1e3:.2f} | {kernels * 1e3:.2f} | "
+                     f"{(wall - kernels) * 1e3:.2f} | {100 * (wall - kernels) / wall:.1f} % |")
+    text = "\n".join(lines)
+    print(text)
+    if options.out:
+        from pathlib import Path
+
+        from engine.atomic import write_text
+
+        Path(options.out).mkdir(parents=True, exist_ok=True)
+        write_text(Path(options.out) / "fit_overhead.md", text + "\n")
     return 0

@@ -1,4 +1,4 @@
-"""`python -m app bench launch [--arch A] [--launches N] [--repeats R]`: launch overhead against Warp.
+"""`python -m app bench launch [--arch A] [--launches N] [--repeats R] [--out DIR]`: launch overhead vs Warp.
 
 A port of Warp's `benchmark_launches.py` methodology: six kernel shapes (k0 no
 arguments, kf three floats, kv three vec3, km three mat33, ka three arrays, kz all
@@ -187,6 +187,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--launches", type=int, default=20_000, help="launches per cell and repetition")
     parser.add_argument("--repeats", type=int, default=3, help="repetitions per cell (the median is reported)")
     parser.add_argument("--no-warp", action="store_true", help="time native dispatch and plain calls only")
+    parser.add_argument("--out", default=None, help="also write the table to OUT/launch.md")
     options = parser.parse_args(argv)
     if options.launches < 1:
         raise UserError(f"--launches must be at least 1 (got {options.launches})")
@@ -199,5 +200,13 @@ def main(argv: list[str]) -> int:
     arch = backend.init(options.arch).name
     with bar(total=len(SHAPES) * len(FORMS) * options.repeats, desc="launch cells") as progress:
         cells = measure(arch, options.launches, options.repeats, not options.no_warp, progress)
-    print(table(cells, arch, options.launches, options.repeats))
+    text = table(cells, arch, options.launches, options.repeats)
+    print(text)
+    if options.out:
+        from pathlib import Path
+
+        from engine.atomic import write_text
+
+        Path(options.out).mkdir(parents=True, exist_ok=True)
+        write_text(Path(options.out) / "launch.md", text + "\n")
     return 0
