@@ -54,6 +54,12 @@ def arrays(src: ti.types.ndarray(dtype=ti.f32, ndim=1), dst: ti.types.ndarray(dt
 
 
 @ti.kernel
+def scale_points(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), s: ti.f64):
+    for i in points:
+        points[i] = points[i] * ti.cast(s, ti.f32) + ti.Vector([0.0, 1.0, 2.0])
+
+
+@ti.kernel
 def reduce_sq(x: ti.template(), loss: ti.template(), w: ti.f32):
     for i in x:
         loss[None] += w * x[i] * x[i]
@@ -125,6 +131,10 @@ def dispatch_cases(fresh_context=None) -> dict[str, np.ndarray]:
             bound.set("t", 1.5)
             bound()
         out[f"ndarray.{mode}"], out[f"numpy.{mode}"] = dst.to_numpy(), host
+
+        points = np.stack([x0, 2 * x0, -x0], axis=1).copy()  # numpy (N, 3) as an ndarray of vec3
+        call(scale_points, points, 1.5)
+        out[f"numpy_vec3.{mode}"] = points
 
         # Gradients: Taichi's adjoint of a field kernel, forward and backward as one sequence.
         x, loss = _field(x0, needs_grad=True), ti.field(ti.f32, (), needs_grad=True)
