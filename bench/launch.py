@@ -16,6 +16,9 @@ What the two forms mean:
   `wp.launch(ksN, dim=1, inputs=[s])` every launch. Ours: `bind(kN, *args)` once,
   then `bound()` every launch (the arguments already sit in the launch context).
 The plain Taichi call `kN(*args)` is timed per shape as well, so the gain is visible.
+Informational, outside the 12 cells (struct rows): Warp's own prepared launch of the same
+kernel with separate arguments, a command recorded once (`wp.launch(kN, ..., record_cmd=True)`)
+and replayed with `.launch()`, the closest analogue of our binding.
 
 Before timing, `echo` (a kernel that writes its arguments back) is launched plainly,
 directly and bound, and the three outputs must be identical.
@@ -45,6 +48,7 @@ class Cell:
     native_us: float
     plain_us: float
     warp_us: float | None
+    warp_recorded_us: float | None = None  # Warp's prepared `wp.Launch.launch()`: informational
 
     @property
     def ratio(self) -> float | None:
@@ -121,24 +125,30 @@ def measure(arch: str, launches: int, repeats: int = 3, use_warp: bool = True, p
             else:
                 call, call_args = bind(kernel, *args[shape]), ()
             warp_entry = warp_cells.get((shape, form))
+            # Warp's prepared launch of the same kernel with separate arguments: what our binding is.
+            command = warp.recorded(*warp_cells[(shape, "direct")], device) if warp_entry and form == "struct" else None
             _timed(call, call_args, WARMUP)
             if form == "direct":
                 _timed(kernel, args[shape], WARMUP)
             if warp_entry:
                 warp.timed(*warp_entry, device, WARMUP)
-            native_times, warp_times = [], []
+                if command:
+                    warp.timed_recorded(command, device, WARMUP)
+            native_times, warp_times, recorded_times = [], [], []
             for _ in range(repeats):
                 native_times.append(_timed(call, call_args, launches))
                 if warp_entry:
                     warp_times.append(warp.timed(*warp_entry, device, launches))
+                    if command:
+                        recorded_times.append(warp.timed_recorded(command, device, launches))
                 if form == "direct":
                     plain_times.append(_timed(kernel, args[shape], launches))
                 if progress:
                     progress.update(1)
             us = 1e6 / launches
-            cells.append(Cell(shape, form, statistics.median(native_times) * us,
-                              statistics.median(plain_times) * us,
-                              statistics.median(warp_times) * us if warp_times else None))
+            median = (lambda times: statistics.median(times) * us if times else None)
+            cells.append(Cell(shape, form, median(native_times), median(plain_times), median(warp_times),
+                              median(recorded_times)))
     return cells
 
 
@@ -150,13 +160,16 @@ def table(cells: list[Cell], arch: str, launches: int, repeats: int) -> str:
     head = (f"arch {arch}; {launches} launches/cell, dim 1, warm-up {WARMUP}, median of {repeats}; "
             f"taichi {'.'.join(map(str, ti.__version__))}, warp {warp_version or 'not installed'}; "
             f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    rows = ["| kernel | form | Taichi plain call (us) | native dispatch (us) | Warp (us) | Warp / native | won |",
-            "|---|---|---:|---:|---:|---:|:-:|"]
+    rows = ["| kernel | form | Taichi plain call (us) | native dispatch (us) | Warp (us) | Warp / native | won "
+            "| Warp recorded cmd (us) |",
+            "|---|---|---:|---:|---:|---:|:-:|---:|"]
     for cell in cells:
         warp = "n/a" if cell.warp_us is None else f"{cell.warp_us:.2f}"
         ratio = "n/a" if cell.ratio is None else f"{cell.ratio:.1f}x"
         won = "" if cell.ratio is None else ("yes" if cell.ratio > 1 else "no")
-        rows.append(f"| {cell.shape} | {cell.form} | {cell.plain_us:.2f} | {cell.native_us:.3f} | {warp} | {ratio} | {won} |")
+        recorded = "n/a" if cell.warp_recorded_us is None else f"{cell.warp_recorded_us:.2f}"
+        rows.append(f"| {cell.shape} | {cell.form} | {cell.plain_us:.2f} | {cell.native_us:.3f} | {warp} | {ratio} "
+                    f"| {won} | {recorded} |")
     return "\n".join([head, "", *rows, "", summary(cells)])
 
 
@@ -169,6 +182,9 @@ def summary(cells: list[Cell]) -> str:
         won = sum(cell.ratio > 1 for cell in compared)
         text += (f"; Warp median {statistics.median(c.warp_us for c in compared):.2f} us; cells won "
                  f"{won}/{len(compared)}, min Warp/native ratio {min(c.ratio for c in compared):.1f}x")
+        bound = [c for c in compared if c.warp_recorded_us is not None]
+        faster = sum(c.native_us < c.warp_recorded_us for c in bound)
+        text += f"; bound vs Warp's recorded command (informational): faster in {faster}/{len(bound)}"
     return text
 
 

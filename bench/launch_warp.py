@@ -154,3 +154,21 @@ def timed(kernel, inputs: list, device: str, launches: int) -> float:
         elapsed = time.perf_counter() - start
         wp.synchronize_device()
     return elapsed
+
+
+def recorded(kernel, inputs: list, device: str):
+    """Warp's own prepared launch (`wp.launch(..., record_cmd=True)`), the analogue of our `bind`."""
+    with wp.ScopedDevice(device):
+        return wp.launch(kernel, dim=1, inputs=inputs, record_cmd=True)
+
+
+def timed_recorded(command, device: str, launches: int) -> float:
+    """Seconds for `launches` calls of `command.launch()`, synchronised outside the loop."""
+    with wp.ScopedDevice(device):
+        wp.synchronize_device()
+        start = time.perf_counter()
+        for _ in range(launches):
+            command.launch()
+        elapsed = time.perf_counter() - start
+        wp.synchronize_device()
+    return elapsed
