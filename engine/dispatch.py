@@ -167,25 +167,29 @@ class _Slot:
         slot, owner, name = self, self.owner, self.name
         at = [(i, j) for i in range(needed.n) for j in range(needed.m)] if needed.ndim == 2 else list(range(needed.n))
         indices = [self.index + (k,) for k in range(len(at))]
-        last_key: list[Any] = [None]
+        last: list[Any] = [None, None]  # dtype and element bytes of the last ti.math value written
 
-        def store(value: Any, skip: bool) -> None:
-            entries = getattr(value, "entries", None)  # ti.math vectors/matrices keep a numpy array
+        def store(value: Any, entries: Any) -> None:
             if isinstance(entries, np.ndarray) and entries.size == len(at) and entries.dtype.kind in dtype_kinds:
-                key = (entries.dtype.char, entries.tobytes())
-                if skip and key == last_key[0]:
-                    return
                 elements = entries.ravel().tolist()  # row-major: element (i, j) at i*m + j
+                last[0], last[1] = entries.dtype, entries.tobytes()
             else:
-                key, elements = None, [value[k] for k in at]
+                elements = [value[k] for k in at]
                 for element in elements:
                     _check(isinstance(element, kinds), name, f"{needed.to_string()} elements", element)
+                last[0] = last[1] = None
             ctx = owner._ctx
             for index, element in zip(indices, elements):
                 set_elem(ctx, index, cast(element))
-            last_key[0], slot.value = key, value
+            slot.value = value
 
-        return (lambda value: store(value, True)), (lambda: store(slot.value, False))
+        def write(value: Any) -> None:
+            entries = getattr(value, "entries", None)  # ti.math vectors/matrices keep a numpy array
+            if entries.__class__ is np.ndarray and entries.tobytes() == last[1] and entries.dtype == last[0]:
+                return
+            store(value, entries)
+
+        return write, (lambda: store(slot.value, getattr(slot.value, "entries", None)))
 
     def _struct_writer(self, needed: StructType) -> tuple:
         slot, owner, index, name = self, self.owner, self.index, self.name
