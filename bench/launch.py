@@ -16,6 +16,9 @@ What the two forms mean:
   `wp.launch(ksN, dim=1, inputs=[s])` every launch. Ours: `bind(kN, *args)` once,
   then `bound()` every launch (the arguments already sit in the launch context).
 The plain Taichi call `kN(*args)` is timed per shape as well, so the gain is visible.
+Direct calls with the same values let native dispatch skip rewriting them (engine/dispatch.py);
+so the direct rows also show, informationally, the cost when every call brings new values
+(two argument sets alternating; the arrays stay the same objects).
 Informational, outside the 12 cells (struct rows): Warp's own prepared launch of the same
 kernel with separate arguments, a command recorded once (`wp.launch(kN, ..., record_cmd=True)`)
 and replayed with `.launch()`, the closest analogue of our binding.
@@ -49,6 +52,7 @@ class Cell:
     plain_us: float
     warp_us: float | None
     warp_recorded_us: float | None = None  # Warp's prepared `wp.Launch.launch()`: informational
+    changing_us: float | None = None  # direct form with argument values changing every call
 
     @property
     def ratio(self) -> float | None:
@@ -56,16 +60,32 @@ class Cell:
         return None if self.warp_us is None else self.warp_us / self.native_us
 
 
-def _taichi_args() -> dict[str, tuple]:
-    """Warp's argument values, as Taichi values (arrays as 1-element f32 ndarrays)."""
+def _taichi_args(scale: float = 1.0, arrays: tuple | None = None) -> dict[str, tuple]:
+    """Warp's argument values (times `scale`), as Taichi values (arrays: 1-element f32 ndarrays)."""
     import taichi as ti
 
-    a, b, c = (ti.ndarray(ti.f32, 1) for _ in range(3))
-    x, y, z = 17.0, 42.0, 99.0
-    u, v, w = ti.math.vec3(1, 2, 3), ti.math.vec3(10, 20, 30), ti.math.vec3(100, 200, 300)
-    zero = ti.math.mat3(0.0)
+    a, b, c = arrays or tuple(ti.ndarray(ti.f32, 1) for _ in range(3))
+    x, y, z = 17.0 * scale, 42.0 * scale, 99.0 * scale
+    u, v, w = (ti.math.vec3(1, 2, 3) * scale, ti.math.vec3(10, 20, 30) * scale,
+               ti.math.vec3(100, 200, 300) * scale)
+    zero = ti.math.mat3(0.0) + scale - 1.0
     return {"k0": (), "kf": (x, y, z), "kv": (u, v, w), "km": (zero, zero, zero),
             "ka": (a, b, c), "kz": (a, b, c, x, y, z, u, v, w)}
+
+
+def _timed_changing(call, arg_sets: tuple[tuple, tuple], launches: int) -> float:
+    """Like `_timed`, alternating two argument sets whose values differ, so every call writes them."""
+    import taichi as ti
+
+    first, second = arg_sets
+    ti.sync()
+    start = time.perf_counter()
+    for _ in range(launches // 2):
+        call(*first)
+        call(*second)
+    elapsed = time.perf_counter() - start
+    ti.sync()
+    return elapsed * launches / (2 * (launches // 2) or 1)
 
 
 def validate() -> None:
@@ -115,6 +135,7 @@ def measure(arch: str, launches: int, repeats: int = 3, use_warp: bool = True, p
     device = WARP_DEVICE.get(arch)
     warp_cells = warp.cells(device) if warp else {}
     args = _taichi_args()
+    changed = _taichi_args(2.0, args["ka"])  # other values, the same arrays
     cells = []
     for shape in SHAPES:
         kernel = getattr(launch_shapes, shape)
@@ -134,9 +155,11 @@ def measure(arch: str, launches: int, repeats: int = 3, use_warp: bool = True, p
                 warp.timed(*warp_entry, device, WARMUP)
                 if command:
                     warp.timed_recorded(command, device, WARMUP)
-            native_times, warp_times, recorded_times = [], [], []
+            native_times, warp_times, recorded_times, changing_times = [], [], [], []
             for _ in range(repeats):
                 native_times.append(_timed(call, call_args, launches))
+                if form == "direct":
+                    changing_times.append(_timed_changing(call, (args[shape], changed[shape]), launches))
                 if warp_entry:
                     warp_times.append(warp.timed(*warp_entry, device, launches))
                     if command:
@@ -148,7 +171,7 @@ def measure(arch: str, launches: int, repeats: int = 3, use_warp: bool = True, p
             us = 1e6 / launches
             median = (lambda times: statistics.median(times) * us if times else None)
             cells.append(Cell(shape, form, median(native_times), median(plain_times), median(warp_times),
-                              median(recorded_times)))
+                              median(recorded_times), median(changing_times)))
     return cells
 
 
@@ -161,15 +184,16 @@ def table(cells: list[Cell], arch: str, launches: int, repeats: int) -> str:
             f"taichi {'.'.join(map(str, ti.__version__))}, warp {warp_version or 'not installed'}; "
             f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     rows = ["| kernel | form | Taichi plain call (us) | native dispatch (us) | Warp (us) | Warp / native | won "
-            "| Warp recorded cmd (us) |",
-            "|---|---|---:|---:|---:|---:|:-:|---:|"]
+            "| native, values changing (us) | Warp recorded cmd (us) |",
+            "|---|---|---:|---:|---:|---:|:-:|---:|---:|"]
     for cell in cells:
         warp = "n/a" if cell.warp_us is None else f"{cell.warp_us:.2f}"
         ratio = "n/a" if cell.ratio is None else f"{cell.ratio:.1f}x"
         won = "" if cell.ratio is None else ("yes" if cell.ratio > 1 else "no")
         recorded = "n/a" if cell.warp_recorded_us is None else f"{cell.warp_recorded_us:.2f}"
+        changing = "n/a" if cell.changing_us is None else f"{cell.changing_us:.3f}"
         rows.append(f"| {cell.shape} | {cell.form} | {cell.plain_us:.2f} | {cell.native_us:.3f} | {warp} | {ratio} "
-                    f"| {won} | {recorded} |")
+                    f"| {won} | {changing} | {recorded} |")
     return "\n".join([head, "", *rows, "", summary(cells)])
 
 
