@@ -24,10 +24,15 @@ What a binding fixes and what it re-applies:
   fixed at bind time (`set` refuses them: bind again).
 - Scalars (real/int), `ti.math` vectors and matrices and `ti.types.struct` values
   are written into the launch context once and stay there until `set` changes them.
-- Array arguments (Taichi ndarrays, C-contiguous numpy arrays) are re-set before
-  every launch: the LLVM launchers replace the ndarray handle in the context by a raw
-  pointer while launching (and the CUDA one swaps host arrays for device copies), so a
-  context launched twice without re-setting them would pass a stale pointer.
+- Array arguments (Taichi ndarrays, C-contiguous numpy arrays): the CPU launcher
+  replaces an ndarray handle in the context by its raw pointer while launching, so a
+  context relaunched as it was would pass the handle itself as data. On the CPU arrays
+  are therefore bound as raw host pointers (which the launcher leaves alone); on
+  Vulkan they are re-set before every launch.
+- The CUDA (and AMDGPU) launcher points the context's argument and result buffers at
+  device memory it frees after the launch: there a binding makes a fresh context for
+  every launch and rewrites all arguments into it (`fresh_context`), still without
+  Python argument conversion or template lookup.
 - Kinds this module does not handle (textures, argpacks, sparse-matrix builders,
   torch/paddle tensors, non-C-contiguous numpy arrays) make the binding fall back to
   the plain call: `bound.native` is False, `bound.fallback_reason` says why, and a
@@ -39,7 +44,7 @@ mode; opt_level raised to 1 for grad kernels), the same runtime entry point, so 
 same synchronisation: asynchronous on CUDA and Vulkan, a sync after the launch only
 when the kernel returns values or prints. Not kept (refused at bind time instead):
 recording into Taichi's own `ti.ad.Tape` / forward-mode manager; the project's tape
-(`engine/autodiff`) records bindings itself. A binding is valid for the Taichi
+(`engine/autodiff/tape.py`) records launches through `engine.launch` instead. A binding is valid for the Taichi
 program it was made in (`ti.reset()`/re-init invalidates it) and for as long as its
 fields live.
 
