@@ -24,6 +24,16 @@ def test_short_fit_lowers_the_loss(ti_cpu):
     fit.destroy()
 
 
+def test_smoothing_falls_linearly_to_its_end_value(ti_cpu):
+    fit = ShapeFit("torus", subdiv=0, smooth=0.8, smooth_end=0.1, schedule_iters=5, n_samples=64)
+    seen = []
+    for _ in range(7):
+        seen.append(fit.smoothing())
+        fit.step()
+    np.testing.assert_allclose(seen, [0.8, 0.625, 0.45, 0.275, 0.1, 0.1, 0.1])
+    fit.destroy()
+
+
 def test_export_is_in_the_target_files_coordinates(ti_cpu, tmp_path):
     v, f = icosphere(2)
     write_obj(tmp_path / "ball.obj", v * 5.0 + [10.0, -3.0, 2.0], f)
@@ -37,12 +47,12 @@ def test_export_is_in_the_target_files_coordinates(ti_cpu, tmp_path):
 
 def test_cli_writes_json_obj_frames_and_plot(ti_cpu, tmp_path):
     code = cli_main(["fit", "--target", "torus", "--subdiv", "1", "--iters", "6", "--samples", "300",
-                     "--smooth", "0.1", "--arch", "cpu", "--out", str(tmp_path), "--dump-every", "3"])
+                     "--smooth", "0.3", "--smooth-end", "0.1", "--arch", "cpu", "--out", str(tmp_path), "--dump-every", "3"])
     assert code == 0
     record = json.loads((tmp_path / "fit.json").read_text())
     assert record["arch"] == "cpu" and record["target"] == "torus" and record["iterations"] == 6
     assert len(record["losses"]) == 6 and record["orders"] == pytest.approx(np.log10(record["losses"][0] / record["losses"][-1]))
-    assert record["wall_s"] > 0 and record["misses"] == 0
+    assert record["wall_s"] > 0 and record["misses"] == 0 and record["smooth_end"] == 0.1
     assert load_mesh(tmp_path / "final.obj").faces.shape == (80, 3)
     assert sorted(p.name for p in (tmp_path / "frames").iterdir()) == ["iter_00000.obj", "iter_00003.obj"]
     assert (tmp_path / "loss.png").read_bytes().startswith(b"\x89PNG")
@@ -55,6 +65,7 @@ def test_cli_writes_json_obj_frames_and_plot(ti_cpu, tmp_path):
     (["--target", "blob", "--iters", "0"], "--iters must be at least 1"),
     (["--target", "blob", "--lr", "-1"], "--lr must be a positive number"),
     (["--target", "blob", "--smooth", "1.5"], "--smooth must be in 0..1"),
+    (["--target", "blob", "--smooth-end", "-0.1"], "--smooth-end must be in 0..1"),
     (["--target", "missing.obj"], "mesh file missing.obj: not found"),
 ])
 def test_cli_bad_flags_are_one_line_exit_2(capsys, flags, words):

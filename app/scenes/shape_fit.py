@@ -3,6 +3,7 @@
 The reusable loop the CLI, the headless claims and the GUI drive:
 
     fit = ShapeFit("spot", subdiv=4, lr=0.01, smooth=0.2, seed=0)   # a name or any mesh path
+    fit = ShapeFit("blub", subdiv=4, lr=0.03, smooth=0.8, smooth_end=0.1, schedule_iters=400)
     for _ in range(400):
         loss = fit.step()          # one iteration; returns the loss before the update
     fit.losses                     # every loss so far (list of float)
@@ -17,14 +18,17 @@ One iteration (`step`): refit the source BVH and find both directions' closest p
 backward, one Adam step on the device, then (with `smooth` = lambda > 0) one Laplacian
 shrink-wrap step x <- x + lambda (neighbour mean - x). The smoothing step pulls each
 vertex towards its neighbours, which stops the sphere from "tenting": stretching flat
-across a concavity while its vertices sit on the rims.
+across a concavity while its vertices sit on the rims. With `smooth_end`, lambda falls
+linearly from `smooth` to `smooth_end` over `schedule_iters` iterations: a strong
+shrink-wrap early pulls the sheet into concavities (between legs, between fins) before
+the surface settles, a weak one late lets it take the detail (measured in docs/RESULTS.md).
 
 Targets: `blob` and `torus` (engine.meshgen), `spot`, `blub`, `penguin` (assets/*.obj),
 or any OBJ/PLY/STL/OFF/GLB path; every target is normalised into [-1, 1]^3 and the
 source starts as the unit icosphere.
 
 CLI: python -m app fit --target NAME|PATH [--subdiv S] [--iters N] [--lr LR] [--smooth L]
-     [--samples N] [--seed S] [--arch A] [--out DIR] [--dump-every K]
+     [--smooth-end L1] [--samples N] [--seed S] [--arch A] [--out DIR] [--dump-every K]
 writes DIR/fit.json, DIR/final.obj, DIR/loss.png and every K iterations DIR/frames/iter_NNNNN.obj.
 """
 from __future__ import annotations
@@ -70,7 +74,7 @@ def default_samples(n_faces: int) -> int:
     return max(4096, 2 * n_faces)
 
 
-def check_settings(subdiv: int, lr: float, smooth: float) -> None:
+def check_settings(subdiv: int, lr: float, smooth: float, smooth_end: float | None = None) -> None:
     """UserError for settings no fit can run with (named as the CLI flags)."""
     if isinstance(subdiv, bool) or not isinstance(subdiv, int) or not 0 <= subdiv <= MAX_SUBDIV:
         raise UserError(f"--subdiv must be an integer in 0..{MAX_SUBDIV}, got {subdiv!r}")
@@ -78,17 +82,22 @@ def check_settings(subdiv: int, lr: float, smooth: float) -> None:
         raise UserError(f"--lr must be a positive number, got {lr}")
     if not 0.0 <= smooth <= 1.0:
         raise UserError(f"--smooth must be in 0..1 (a Laplacian step size), got {smooth}")
+    if smooth_end is not None and not 0.0 <= smooth_end <= 1.0:
+        raise UserError(f"--smooth-end must be in 0..1 (a Laplacian step size), got {smooth_end}")
 
 
 class ShapeFit:
     """One shape-fitting run on the current backend (see the module docstring)."""
 
     def __init__(self, target: str | Path, subdiv: int = 3, lr: float = 0.01, smooth: float = 0.0, seed: int = 0,
-                 n_samples: int | None = None, profile: bool = False):
-        check_settings(subdiv, lr, smooth)
+                 n_samples: int | None = None, profile: bool = False, smooth_end: float | None = None,
+                 schedule_iters: int = 400):
+        check_settings(subdiv, lr, smooth, smooth_end)
         self.target = load_target(target)
         self.target_name = str(target)
         self.subdiv, self.lr, self.smooth, self.seed = subdiv, lr, smooth, seed
+        self.smooth_end = smooth if smooth_end is None else smooth_end
+        self.schedule_iters = max(int(schedule_iters), 2)
         sphere, self.faces = meshgen.icosphere(subdiv)
         self.n_samples = n_samples or default_samples(len(self.faces))
         self.group = FieldGroup()
@@ -97,13 +106,18 @@ class ShapeFit:
         self.x.from_numpy(sphere.astype(np.float32))
         self.loss = ChamferLoss(self.x, self.faces, self.target, self.n_samples, seed)
         self.optimiser = Adam([self.x], lr=lr)
-        self.smoother = LaplacianSmoother(self.x, self.faces) if smooth > 0 else None
+        self.smoother = LaplacianSmoother(self.x, self.faces) if max(smooth, self.smooth_end) > 0 else None
         self.tape = Tape(profile=profile)
         self.losses: list[float] = []
 
     @property
     def iteration(self) -> int:
         return len(self.losses)
+
+    def smoothing(self) -> float:
+        """This iteration's Laplacian step size: `smooth` -> `smooth_end`, linear over `schedule_iters`."""
+        t = min(self.iteration / (self.schedule_iters - 1), 1.0)
+        return self.smooth + (self.smooth_end - self.smooth) * t
 
     def evaluate(self) -> float:
         """Loss and gradient (in `self.x.grad`) at the current vertices, without updating them."""
@@ -119,7 +133,7 @@ class ShapeFit:
         value = self.evaluate()
         self.optimiser.step()
         if self.smoother is not None:
-            self.smoother.step(self.smooth)
+            self.smoother.step(self.smoothing())
         self.losses.append(value)
         return value
 
@@ -178,6 +192,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
     parser.add_argument("--smooth", type=float, default=0.0, metavar="LAMBDA",
                         help="Laplacian shrink-wrap step after each update, 0..1 (default 0: off)")
+    parser.add_argument("--smooth-end", type=float, default=None, metavar="LAMBDA1",
+                        help="let the step fall linearly from --smooth to this over --iters (default: constant)")
     parser.add_argument("--samples", type=int, default=None, help="target surface samples (default: max(4096, 2 F))")
     parser.add_argument("--seed", type=int, default=0, help="seed of the target samples (default 0)")
     add_arch_argument(parser)
@@ -199,11 +215,12 @@ def main(argv: list[str]) -> int:
         raise UserError(f"--dump-every must be 0 (off) or positive, got {args.dump_every}")
     if args.samples is not None and args.samples < 1:
         raise UserError(f"--samples must be positive, got {args.samples}")
-    check_settings(args.subdiv, args.lr, args.smooth)
+    check_settings(args.subdiv, args.lr, args.smooth, args.smooth_end)
     load_target(args.target)  # bad settings and targets fail before the backend starts
     running = backend.init(args.arch)
     out = Path(args.out)
-    fit = ShapeFit(args.target, args.subdiv, args.lr, args.smooth, args.seed, args.samples)
+    fit = ShapeFit(args.target, args.subdiv, args.lr, args.smooth, args.seed, args.samples,
+                   smooth_end=args.smooth_end, schedule_iters=args.iters)
     started = time.perf_counter()
     progress = bar(total=args.iters, desc=f"fit {fit.target.name}")
     for i in range(args.iters):
@@ -220,7 +237,7 @@ def main(argv: list[str]) -> int:
     record = {
         "target": args.target, "target_name": fit.target.name, "arch": running.name, "backend": running.as_record(),
         "subdiv": args.subdiv, "vertices": fit.x.shape[0], "iterations": args.iters, "lr": args.lr,
-        "smooth": args.smooth, "samples": fit.n_samples, "seed": args.seed, "wall_s": round(wall, 3),
+        "smooth": args.smooth, "smooth_end": fit.smooth_end, "samples": fit.n_samples, "seed": args.seed, "wall_s": round(wall, 3),
         "orders": fit.orders(), "misses": fit.misses(), "losses": fit.losses,
     }
     atomic.write_json(out / "fit.json", record)
