@@ -45,8 +45,8 @@ same synchronisation: asynchronous on CUDA and Vulkan, a sync after the launch o
 when the kernel returns values or prints. Not kept (refused at bind time instead):
 recording into Taichi's own `ti.ad.Tape` / forward-mode manager; the project's tape
 (`engine/autodiff/tape.py`) records launches through `engine.launch` instead. A binding is valid for the Taichi
-program it was made in (`ti.reset()`/re-init invalidates it) and for as long as its
-fields live.
+program it was made in (`ti.reset()`/re-init invalidates it; `native`/`call` notice a
+re-init and rebind) and for as long as its fields live.
 
 The private Taichi 1.7.4 entry points used here are exercised by
 `tests/test_taichi_internals.py`, so an upgrade that moves them fails loudly.
@@ -425,11 +425,15 @@ class NativeKernel:
         self._keyed = [i - len(owner) for i, argument in enumerate(kern.arguments)
                        if i >= len(owner) and isinstance(argument.annotation, (template, ndarray_type.NdarrayType))]
         self._cache: dict[tuple, BoundLaunch] = {}
+        self._program = impl.pytaichi  # ti.init/ti.reset replace it, and with it every compiled kernel
 
     def __call__(self, *args: Any) -> Any:
         # Hot path, kept flat: one dict lookup, one context write per changed argument, one launch.
         if len(args) != self._arity:
             raise TypeError(f"{_kernel_name(self._kern)}: {self._arity} argument(s) needed but {len(args)} provided")
+        if impl.pytaichi is not self._program:  # Taichi was re-initialised: the bindings are void
+            self._cache.clear()
+            self._program = impl.pytaichi
         keyed = self._keyed
         key = tuple([id(args[i]) for i in keyed]) if keyed else ()
         bound = self._cache.get(key)

@@ -79,6 +79,11 @@ def total(x: ti.template(), w: ti.f32) -> ti.f32:
     return s
 
 
+@ti.kernel
+def weighted(a: ti.f32, b: ti.f32) -> ti.f32:
+    return a * 2.0 + b
+
+
 def _field(values=None, needs_grad=False, dtype=ti.f32, n=None):
     f = ti.field(dtype, N, needs_grad=needs_grad) if n is None else ti.Vector.field(n, dtype, N)
     if values is not None:
@@ -462,3 +467,26 @@ def test_recorded_iteration_replays_as_one_sequence(ti_cpu):
     assert results[0][0] == results[1][0]
     np.testing.assert_array_equal(results[0][1], results[1][1])
     np.testing.assert_array_equal(results[1][2], 3.0)
+
+
+def survives_reinit() -> dict:
+    """`call` after ti.init re-initialised Taichi (bench all does): rebinds instead of launching void kernels."""
+    from engine.dispatch import call
+
+    results = []
+    for _ in range(2):
+        ti.init(arch=ti.cpu, fast_math=False)
+        f = ti.field(ti.f32, N)
+        call(scalars, f, 2.0, 1.0, 0, 0)  # keyed by a new field: a new binding either way
+        results.append(np.append(f.to_numpy(), call(weighted, 2.0, 1.0)))  # no keyed argument: same key
+    return {"first": results[0], "second": results[1]}
+
+
+def test_call_rebinds_after_taichi_reinit():
+    from engine.worker import BackendWorker
+
+    with BackendWorker("cpu") as worker:  # its own process: re-initialising Taichi voids every field there
+        out = worker.call("tests.test_dispatch:survives_reinit")
+    expected = np.append(np.arange(N, dtype=np.float32) * 2.0 + 1.0, 5.0)
+    np.testing.assert_array_equal(out["first"], expected)
+    np.testing.assert_array_equal(out["second"], expected)
