@@ -15,6 +15,7 @@ from engine.errors import UserError
 
 SUBCOMMANDS: dict[str, str] = {  # name -> "module:function" taking argv, returning an exit code
     "bench": "app.bench:main",
+    "render": "app.scenes.render_cli:main",
     "fit": "app.scenes.shape_fit:main",
 }
 

@@ -13,6 +13,7 @@ import numpy as np
 REGISTRY: dict[str, str] = {
     "affine": "engine.affine:run_affine",
     "affine_gradcheck": "engine.affine:run_affine_gradcheck",
+    "raymarch_frame": "app.scenes.robot_arm:raymarch_frame",
     "tape_chain": "engine.chain:run_tape_chain",
     "tape_chain_gradcheck": "engine.chain:run_tape_chain_gradcheck",
     "sgd_oracle": "engine.sgd_oracle:run_sgd_oracle",

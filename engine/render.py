@@ -26,10 +26,10 @@ BYTES_PER_PIXEL = 4 * (3 + 1 + 3 + 1)  # rgb, depth, normal, steps (float32 / in
 class Camera:
     """Orbit camera: angles in degrees; azimuth 0 looks at the sign's face (from +z)."""
 
-    azimuth: float = 18.0
-    elevation: float = 16.0
-    distance: float = 5.4
-    target: tuple[float, float, float] = (-0.1, 1.0, -0.3)
+    azimuth: float = 24.0
+    elevation: float = 20.0
+    distance: float = 4.7
+    target: tuple[float, float, float] = (-0.3, 1.1, -0.45)
     fov_y: float = 36.0
 
     def position(self) -> np.ndarray:
@@ -91,7 +91,7 @@ def check_size(width: int, height: int, budget_bytes: int | None = None) -> None
             raise UserError(f"{name} must be a whole number of pixels, got {value!r}")
         if value <= 0 or value > MAX_SIDE:
             raise UserError(f"{name} {value} is out of range: choose 1..{MAX_SIDE} pixels")
-    need = int(width) * int(height) * BYTES_PER_PIXEL * 2  # device buffers plus their host copies
+    need = int(width) * int(height) * BYTES_PER_PIXEL * 3  # device buffers, host copies, encoding
     budget = budget_bytes if budget_bytes is not None else available_memory()
     if budget is not None and need > budget:
         raise UserError(f"{width}x{height} needs {need / 2**30:.1f} GiB for its buffers, "

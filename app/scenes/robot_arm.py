@@ -177,3 +177,25 @@ def scene_at(t: float) -> SceneParams:
         tool_pitch=fk["pitch"], grip=grip, tile_pos=tile_pos, tile_rot=tile_rot,
         extra={"angles": angles, "tcp": fk["tcp"], "tool_frame": frame},
     )
+
+
+_renderer = None
+
+
+def raymarch_frame(t: float, width: int, height: int, azimuth: float = Camera.azimuth,
+                   elevation: float = Camera.elevation, distance: float = Camera.distance) -> dict[str, np.ndarray]:
+    """The parity computation "raymarch_frame": one frame on this process's backend.
+
+    Returns linear RGB, depth, normals and march steps; the renderer (and its compiled
+    kernel) is kept between calls, resized when the size changes.
+    """
+    from engine.render import Renderer
+
+    global _renderer
+    width, height = int(width), int(height)
+    if _renderer is None:
+        _renderer = Renderer(width, height)
+    _renderer.resize(width, height)
+    camera = Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance))
+    rgb = _renderer.render(scene_at(float(t)), camera)
+    return {"rgb": rgb, **_renderer.aovs(), "ms": np.float64(_renderer.last_ms)}

@@ -65,8 +65,12 @@ SHADOW_STEPS = 48
 T_MAX = 30.0
 HIT_EPS = 2e-4  # hit when distance < HIT_EPS * t
 
-# materials
-M_SKY, M_FLOOR, M_TABLE, M_TILE, M_LETTER, M_PAINT, M_JOINT, M_STEEL, M_PEDESTAL = range(9)
+# materials; M_BOUND marks a distance to a bounding volume, not to a surface
+M_SKY, M_FLOOR, M_TABLE, M_TILE, M_LETTER, M_PAINT, M_JOINT, M_STEEL, M_PEDESTAL, M_BOUND = range(10)
+# Parts farther than this from their bounding volume return the bound (a safe step that
+# skips their detailed SDF). It exceeds the ambient-occlusion reach, and soft shadows skip
+# bounds (a bound's distance would cast a blurred shadow of the bounding volume itself).
+BOUND_MARGIN = 0.2
 
 # S glyph: two 240-degree arcs (iq's sdArc: symmetric about +y, gap around -y),
 # rotated so the upper bowl opens to the lower right and the lower bowl to the upper left.
@@ -215,19 +219,24 @@ def sd_tiles(p: vec3, s: Scene) -> vec2:
     row_bound = sd_box(p - vec3(0.0, TILE_Y, ROW_Z), vec3(1.72, 0.25, 0.06))
     rel = p - s.tile_pos
     moving_bound = rel.norm() - 0.32
-    res = vec2(ti.min(row_bound, moving_bound), M_TILE)
-    if res.x < 0.05:
-        res = vec2(1e9, M_TILE)
+    res = vec2(ti.min(row_bound, moving_bound), M_BOUND)
+    if res.x < BOUND_MARGIN:
+        # each group is either evaluated exactly or stands in with its bound
+        res = vec2(1e9, M_BOUND)
+        if row_bound >= BOUND_MARGIN:
+            res = vec2(row_bound, M_BOUND)
+        if moving_bound >= BOUND_MARGIN:
+            res = closer(res, vec2(moving_bound, M_BOUND))
         i0 = ti.cast(ti.floor((p.x - SLOT_X0) / SLOT_SPACING), ti.i32)
         for k in range(3):  # a dynamic loop: one inlined copy of the tile SDF, not three
             i = i0 + k
             u = p - vec3(SLOT_X0 + SLOT_SPACING * ti.cast(i, ti.f32), TILE_Y, ROW_Z)
             g = slot_glyph(i)
-            usable = row_bound < 0.05 and 0 <= i < N_SLOTS and i != MOVING_SLOT
+            usable = row_bound < BOUND_MARGIN and 0 <= i < N_SLOTS and i != MOVING_SLOT and k < 2
             if k == 2:
                 u = s.tile_rot @ rel
                 g = SLOT_GLYPHS[MOVING_SLOT]
-                usable = moving_bound < 0.05
+                usable = moving_bound < BOUND_MARGIN
             if usable:
                 res = closer(res, sd_tile(u, g))
     return res
@@ -251,7 +260,7 @@ def sd_arm(p: vec3, s: Scene) -> vec2:
     bound = ti.max(ti.min(sd_segment2(q, s.shoulder, s.elbow),
                           ti.min(sd_segment2(q, s.elbow, s.wrist), sd_segment2(q, s.wrist, tcp))) - 0.2,
                    ti.abs(lat) - 0.32)
-    if bound < 0.05:
+    if bound < BOUND_MARGIN:
         bracket = sd_box(vec3(fwd, p.y - 0.9, lat), vec3(0.12, 0.08, 0.15)) - 0.03
         upper = extrude(sd_segment2(q, s.shoulder, s.elbow) - 0.055, lat, 0.06) - 0.03
         fore = extrude(sd_segment2(q, s.elbow, s.wrist) - 0.04, lat, 0.045) - 0.025
@@ -267,7 +276,7 @@ def sd_arm(p: vec3, s: Scene) -> vec2:
         finger = sd_box(vec3(along - 0.215, across, ti.abs(lat) - s.grip), vec3(0.072, 0.042, 0.009)) - 0.004
         res = closer(res, vec2(ti.min(palm, finger), M_STEEL))
     else:
-        res = closer(res, vec2(bound, M_PAINT))
+        res = closer(res, vec2(bound, M_BOUND))
     return res
 
 
@@ -286,8 +295,8 @@ KEY_DIR = (-0.4813, 0.7700, 0.4187)  # towards the key light (unit length; front
 KEY_COL = (2.9, 2.65, 2.3)
 SKY_ZENITH = (0.22, 0.36, 0.62)
 SKY_HORIZON = (0.66, 0.72, 0.8)
-FLOOR_BASE = (0.46, 0.46, 0.47)
-FLOOR_LINE = (0.33, 0.34, 0.36)
+FLOOR_BASE = (0.42, 0.42, 0.43)
+FLOOR_LINE = (0.3, 0.31, 0.33)
 
 
 @ti.func
@@ -307,12 +316,20 @@ def normal_at(p: vec3, s: Scene) -> vec3:
 
 @ti.func
 def soft_shadow(ro: vec3, rd: vec3, s: Scene) -> ti.f32:
+    """Penumbra from the closest approach to occluders (iq's improved soft shadow:
+    estimates the true closest distance between two steps, which removes banding)."""
     res = 1.0
     t = 0.015
+    prev_h = 1e10
     for _ in range(SHADOW_STEPS):
-        h = scene_sdf(ro + rd * t, s).x
-        res = ti.min(res, 10.0 * h / t)
-        t += ti.math.clamp(h, 0.012, 0.3)
+        hm = scene_sdf(ro + rd * t, s)
+        h = hm.x
+        if hm.y != M_BOUND:
+            y = h * h / (2.0 * prev_h)
+            closest = ti.sqrt(ti.max(h * h - y * y, 0.0))
+            res = ti.min(res, 10.0 * closest / ti.max(t - y, 1e-4))
+        prev_h = h
+        t += ti.math.clamp(h, 0.01, 0.25)
         if res < 0.001 or t > 8.0:
             break
     res = ti.math.clamp(res, 0.0, 1.0)
@@ -325,7 +342,7 @@ def ambient_occlusion(p: vec3, n: vec3, s: Scene) -> ti.f32:
     weight = 1.0
     for i in range(5):
         h = 0.012 + 0.04 * ti.cast(i, ti.f32)
-        occ += (h - scene_sdf(p + n * h, s).x) * weight
+        occ += ti.max(h - scene_sdf(p + n * h, s).x, 0.0) * weight
         weight *= 0.8
     return ti.math.clamp(1.0 - 2.5 * occ, 0.0, 1.0)
 
@@ -357,7 +374,7 @@ def material(m: ti.i32, p: vec3, t: ti.f32):
         albedo = vec3(FLOOR_BASE) + (vec3(FLOOR_LINE) - vec3(FLOOR_BASE)) * line
         spec = 0.02
     elif m == M_TABLE:
-        albedo = vec3(0.30, 0.17, 0.09)
+        albedo = vec3(0.2, 0.11, 0.055)
         spec = 0.06
         squarings = 5
     elif m == M_TILE:
@@ -419,9 +436,9 @@ def shade(p: vec3, rd: vec3, t: ti.f32, s: Scene):
 
 @ti.func
 def tone_map(c: vec3) -> vec3:
-    """ACES filmic fit (Narkowicz 2015), a rational curve: linear in, display-linear out."""
-    x = c * 0.8
-    return ti.math.clamp((x * (2.51 * x + 0.03)) / (x * (2.43 * x + 0.59) + 0.14), 0.0, 1.0)
+    """ACES filmic fit (Narkowicz 2015) with exposure 0.6 folded into its constants (so no
+    backend can re-associate the exposure differently): linear in, display-linear out."""
+    return ti.math.clamp((c * (0.9036 * c + 0.018)) / (c * (0.8748 * c + 0.354) + 0.14), 0.0, 1.0)
 
 
 @ti.func
