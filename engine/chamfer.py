@@ -74,7 +74,7 @@ class ChamferLoss:
         self.query_dist2 = g.field(ti.f32, (max(self.n_vertices, n_samples),))
         self.held_face = g.field(ti.i32, (n_samples,))
         self.held_bary = g.vector(3, ti.f32, (n_samples,))
-        self.held_on_source = g.vector(3, ti.f32, (n_samples,))
+        self.query_point = g.vector(3, ti.f32, (n_samples,))  # (b)'s closest points: scratch (bary is held)
         self.corners = g.vector(3, dtype, (n_samples, 3), needs_grad=True)
         self.terms_a = g.field(dtype, (_padded(self.n_vertices),), needs_grad=True)
         self.terms_b = g.field(dtype, (_padded(n_samples),), needs_grad=True)
@@ -112,7 +112,7 @@ class ChamferLoss:
                 source.refit()
             target.query(self.x, self.query_face, self.query_bary, self.held_point, self.query_dist2,
                          self.n_vertices)
-            source.query(self.samples, self.held_face, self.held_bary, self.held_on_source, self.query_dist2,
+            source.query(self.samples, self.held_face, self.held_bary, self.query_point, self.query_dist2,
                          self.n_samples)
             self.index_slots()
 

@@ -131,6 +131,8 @@ class ShapeFit:
     def step(self) -> float:
         """One iteration (see the module docstring); returns the loss before the update."""
         value = self.evaluate()
+        if not math.isfinite(value):
+            raise UserError(f"the fit diverged at iteration {self.iteration} (loss {value}): lower --lr")
         self.optimiser.step()
         if self.smoother is not None:
             self.smoother.step(self.smoothing())

@@ -26,6 +26,13 @@ import taichi as ti
 BLOCK = 32  # terms per block sum: unrolled, so Taichi AD needs no stack for it
 
 
+@ti.func
+def _face(face_id, j):
+    # A query that found no face (only a NaN point does) holds -1; read face 0 instead of memory
+    # outside the field. The BVH counts it as a miss, and every fit reports and checks misses.
+    return ti.max(face_id[j], 0)
+
+
 @ti.kernel
 def held_point_terms(x: ti.template(), held: ti.template(), n: ti.i32, weight: ti.f64,
                      terms: ti.template(), offset: ti.i32):
@@ -51,14 +58,14 @@ def gather_corners(x: ti.template(), faces: ti.template(), face_id: ti.template(
                    corners: ti.template()):
     """corners[j, k] = x[faces[face_id[j]][k]]: the held triangle's corners, one row per sample."""
     for j, k in ti.ndrange(n, 3):
-        corners[j, k] = x[faces[face_id[j]][k]]
+        corners[j, k] = x[faces[_face(face_id, j)][k]]
 
 
 @ti.kernel
 def count_refs(faces: ti.template(), face_id: ti.template(), n: ti.i32, count: ti.template()):
     """count[v] = how many (sample, corner) slots reference vertex v (count zeroed first)."""
     for j, k in ti.ndrange(n, 3):
-        ti.atomic_add(count[faces[face_id[j]][k]], 1)
+        ti.atomic_add(count[faces[_face(face_id, j)][k]], 1)
 
 
 @ti.kernel
@@ -76,7 +83,7 @@ def fill_slots(faces: ti.template(), face_id: ti.template(), n: ti.i32, cursor: 
                slots: ti.template()):
     """Place slot id 3j + k in its vertex's range (order within a range is arbitrary: sorted later)."""
     for j, k in ti.ndrange(n, 3):
-        at = ti.atomic_add(cursor[faces[face_id[j]][k]], 1)
+        at = ti.atomic_add(cursor[faces[_face(face_id, j)][k]], 1)
         slots[at] = 3 * j + k
 
 
