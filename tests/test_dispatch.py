@@ -384,7 +384,8 @@ def test_sgd_oracle_native_equals_plain(ti_cpu):
     x0, target = oracle_problem()
     plain, fast = _plain_and_native(lambda: run_sgd_oracle(x0, target, steps=5))
     np.testing.assert_array_equal(fast["x"], plain["x"])
-    np.testing.assert_allclose(fast["losses"], plain["losses"], rtol=1e-13)  # f64 atomics: thread order
+    # The loss is a parallel f64 atomic sum: its last bits depend on thread order, run to run.
+    np.testing.assert_allclose(fast["losses"], plain["losses"], rtol=1e-9)
 
 
 def test_shape_fit_native_equals_plain(ti_cpu):
