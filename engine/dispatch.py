@@ -165,7 +165,8 @@ class _Slot:
         if needed.dtype in primitive_types.real_types:
             set_elem, kinds, cast, dtype_kinds = context.set_struct_arg_float, _REAL, float, "fiu"
         elif needed.dtype in primitive_types.integer_types:
-            set_elem = context.set_struct_arg_int if is_signed(cook_dtype(needed.dtype)) else context.set_struct_arg_uint
+            signed = is_signed(cook_dtype(needed.dtype))
+            set_elem = context.set_struct_arg_int if signed else context.set_struct_arg_uint
             kinds, cast, dtype_kinds = _INT, int, "iu"
         else:
             raise Unsupported(f"argument '{self.name}': matrix of {needed.dtype}")
