@@ -24,11 +24,11 @@ What a binding fixes and what it re-applies:
   fixed at bind time (`set` refuses them: bind again).
 - Scalars (real/int), `ti.math` vectors and matrices and `ti.types.struct` values
   are written into the launch context once and stay there until `set` changes them.
-- Array arguments (Taichi ndarrays, C-contiguous numpy arrays): the CPU launcher
-  replaces an ndarray handle in the context by its raw pointer while launching, so a
-  context relaunched as it was would pass the handle itself as data. On the CPU arrays
-  are therefore bound as raw host pointers (which the launcher leaves alone); on
-  Vulkan they are re-set before every launch.
+- Array arguments (Taichi ndarrays, C-contiguous numpy arrays) are written once too.
+  The CPU launcher replaces an ndarray handle in the context by its raw pointer while
+  launching, so a context relaunched as it was would pass the handle itself as data:
+  on the CPU ndarrays are therefore bound as raw host pointers, which it leaves alone.
+  The GfxRuntime (Vulkan) only reads the context.
 - The CUDA (and AMDGPU) launcher points the context's argument and result buffers at
   device memory it frees after the launch: there a binding makes a fresh context for
   every launch and rewrites all arguments into it (`fresh_context`), still without
@@ -126,7 +126,6 @@ class _Slot:
     def __init__(self, owner: "BoundLaunch", index: int, name: str, needed: Any, value: Any, host_arrays: bool):
         self.owner, self.name, self.index = owner, name, (index,)
         self.is_array = False
-        self.apply: Callable[[], None] | None = None  # re-sets an array before each launch, where needed
         self.value: Any = None  # the last value written, kept alive while bound
         context = type(owner._ctx)  # unbound setters: called with whatever context is current
         if id(needed) in primitive_types.real_type_ids:
@@ -208,21 +207,22 @@ class _Slot:
         return write, (lambda: write(slot.value))
 
     def _array_writer(self, needed: ndarray_type.NdarrayType, value: Any, host_arrays: bool) -> tuple:
-        """Arrays as the runtime takes them.
+        """Arrays as the runtime takes them, written once (and again into a fresh context).
 
-        On the CPU every array is passed as a raw host pointer (Taichi ndarrays too: their
-        memory is host memory; it is what the CPU launcher substitutes on its own), which
-        the launcher leaves untouched, so it is written once. Elsewhere the array is
-        re-set before each launch (`apply`), as the plain call's fresh context has it.
+        On the CPU a Taichi ndarray is passed as its raw host pointer, which is what the CPU
+        launcher substitutes on its own: the launcher rewrites an ndarray handle in the
+        context while launching, so a handle would not survive a second launch, whereas a
+        raw pointer does. Elsewhere ndarrays go in as handles (the GfxRuntime only reads
+        the context; CUDA gets a fresh context per launch). Numpy arrays go in as host
+        pointers everywhere, as in the plain call (the runtime copies them to the device
+        and back around each launch where the device is not the host).
         """
         slot, owner, index = self, self.owner, self.index
         setter: list[Callable[[Any], None] | None] = [None]  # writes the current array into a context
 
-        def apply() -> None:
+        def force() -> None:
             setter[0](owner._ctx)  # type: ignore[misc]
 
-        if not host_arrays:
-            self.apply = apply
         if isinstance(value, Ndarray):
             prog = impl.get_runtime().prog
 
@@ -238,11 +238,10 @@ class _Slot:
                     setter[0] = lambda ctx: ctx.set_arg_ndarray(index, array.arr)
                 else:
                     setter[0] = lambda ctx: ctx.set_arg_ndarray_with_grad(index, array.arr, grad)
-                if host_arrays:
-                    apply()
+                force()
                 slot.value = array
 
-            return write, apply
+            return write, force
         if not (isinstance(value, np.ndarray) and value.flags.c_contiguous):
             raise Unsupported(f"argument '{self.name}': array of type {type(value).__name__}"
                               + (" (not C-contiguous)" if isinstance(value, np.ndarray) else ""))
@@ -257,11 +256,10 @@ class _Slot:
                 shape = shape[element_dim:] if soa else shape[:-element_dim]
             args = (index, int(array.ctypes.data), array.nbytes, list(shape), 0)
             setter[0] = lambda ctx: ctx.set_arg_external_array_with_shape(*args)
-            if host_arrays:
-                apply()
+            force()
             slot.value = array
 
-        return write_numpy, apply
+        return write_numpy, force
 
 
 class BoundLaunch:
@@ -305,7 +303,6 @@ class BoundLaunch:
             return
         self._compiled = prog.compile_kernel(prog.config(), prog.get_device_caps(), t_kernel)
         self._prog_launch = prog.launch_kernel
-        self._arrays = [slot for slot in self._slots if slot is not None and slot.apply is not None]
         self._bound_slots = [slot for slot in self._slots if slot is not None]
         self._writers = [(position - self._offset, slot.write) for position, slot in enumerate(self._slots)
                          if slot is not None and not slot.is_array]
@@ -335,10 +332,10 @@ class BoundLaunch:
         self.launch = lambda: kern(*self.args)
 
     def _make_launch(self, syncs: bool) -> Callable[[], Any]:
-        if not self._arrays and not syncs and not self.fresh_context:
+        if not syncs and not self.fresh_context:
             # the common case: one C call, nothing in Python around it
             return functools.partial(self._prog_launch, self._compiled, self._ctx)
-        arrays, returns, kern = self._arrays, self._returns, self._kern
+        returns, kern = self._returns, self._kern
         prog_launch, compiled, t_kernel, slots = self._prog_launch, self._compiled, self._t_kernel, self._bound_slots
         fresh = self.fresh_context
 
@@ -347,9 +344,6 @@ class BoundLaunch:
                 self._ctx = t_kernel.make_launch_context()
                 for slot in slots:
                     slot.force()
-            else:
-                for slot in arrays:
-                    slot.apply()  # type: ignore[misc]
             ctx = self._ctx
             prog_launch(compiled, ctx)
             if not syncs:
