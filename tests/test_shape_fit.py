@@ -67,6 +67,8 @@ def test_cli_writes_json_obj_frames_and_plot(ti_cpu, tmp_path):
     (["--target", "blob", "--smooth", "1.5"], "--smooth must be in 0..1"),
     (["--target", "blob", "--smooth-end", "-0.1"], "--smooth-end must be in 0..1"),
     (["--target", "missing.obj"], "mesh file missing.obj: not found"),
+    (["--target", "blob", "--subdiv", "abc"], "argument --subdiv: invalid int value: 'abc'"),
+    ([], "the following arguments are required: --target"),
 ])
 def test_cli_bad_flags_are_one_line_exit_2(capsys, flags, words):
     assert cli_main(["fit", *flags]) == 2

@@ -182,10 +182,15 @@ def fit_gradient_at(target: np.ndarray, subdiv: np.ndarray, n_samples: np.ndarra
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, like every other bad input
+        raise UserError(f"python -m app fit: {message} (see --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
     from app.cli import add_arch_argument
 
-    parser = argparse.ArgumentParser(prog="python -m app fit",
+    parser = _Parser(prog="python -m app fit",
                                      description="Shrink-wrap an icosphere onto a target mesh (Chamfer through the BVH + Adam).")
     parser.add_argument("--target", required=True, metavar="NAME|PATH",
                         help=f"{', '.join(TARGETS)}, or an OBJ/PLY/STL/OFF/GLB file")
