@@ -139,6 +139,11 @@ class ShapeFit:
         self.losses.append(value)
         return value
 
+    def gradient(self) -> np.ndarray:
+        """d loss / d vertices (V, 3) at the current vertices (the GUI's parity view uses it)."""
+        self.evaluate()
+        return self.x.grad.to_numpy()
+
     def vertices(self) -> np.ndarray:
         """Current vertices (V, 3) in the target's normalised frame."""
         return self.x.to_numpy().astype(np.float64)
