@@ -9,6 +9,7 @@ BENCHMARKS: dict[str, str] = {  # name -> "module:function"
     "launch": "bench.launch:main",
     "closest": "bench.closest:main",
     "fit_overhead": "bench.fit_overhead:main",
+    "raymarch": "bench.raymarch:main",
 }
 
 

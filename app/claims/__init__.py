@@ -12,4 +12,5 @@ CLAIMS: dict[str, str] = {
     "chamfer_adam": "app.claims.chamfer_adam",
     "real_mesh_fit": "app.claims.real_mesh_fit",
     "launch_overhead": "app.claims.launch_overhead",
+    "raymarch_parity": "app.claims.raymarch_parity",
 }

@@ -1,0 +1,94 @@
+"""`python -m app bench raymarch`: warm ms per frame of the robot-arm scene, ours vs a Warp port.
+
+Ours (engine.render.Renderer on the chosen backend) at 2048x1024, 1024x512 and 512x256;
+Warp (bench/warp_raymarch.py, the same SDFs and shading, on Warp's CPU device, or CUDA
+when ours runs on CUDA) at 2048x1024, after checking that it renders the same frame
+as ours within the parity tolerance (>= 99.95 % of pixels within 1e-4, none off by
+more than 5e-2). Each figure is the median of --repeats warm frames at t = 0.5.
+Warp is optional: without warp-lang installed only our times are printed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+from engine.errors import UserError
+
+SIZES = ((2048, 1024), (1024, 512), (512, 256))
+T = 0.5
+
+
+def _median_ms(render, repeats: int, progress) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        render()
+        times.append((time.perf_counter() - started) * 1e3)
+        progress.update(1)
+    return statistics.median(times)
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app bench raymarch", description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default=None, help="auto|cuda|vulkan|cpu (default: $SHANNON_ARCH or auto)")
+    parser.add_argument("--repeats", type=int, default=3, help="warm frames per size (the median is reported)")
+    parser.add_argument("--no-warp", action="store_true", help="time ours only")
+    options = parser.parse_args(argv)
+    if options.repeats < 1:
+        raise UserError(f"--repeats must be at least 1 (got {options.repeats})")
+
+    from app.claims.raymarch_parity import ATOL, MAX_ERR, MIN_SHARE, pixel_parity
+    from app.scenes.robot_arm import scene_at
+    from engine import backend
+    from engine.progress import bar
+    from engine.render import Camera, Renderer, pack
+
+    arch = backend.init(options.arch).name
+    scene, camera = scene_at(T), Camera()
+    warp = None
+    if not options.no_warp:
+        try:
+            from bench.warp_raymarch import WarpRenderer
+            warp = WarpRenderer
+        except ImportError as exc:
+            print(f"warp not importable ({exc}); timing ours only")
+    rows = []
+    with bar(total=(len(SIZES) + (1 if warp else 0)) * (options.repeats + 1), desc="raymarch bench") as progress:
+        ours_full = None
+        for width, height in SIZES:
+            renderer = Renderer(width, height)
+            image = renderer.render(scene, camera)  # compile (first size only) and warm up
+            progress.update(1)
+            ours_full = image if ours_full is None else ours_full
+            rows.append((f"ours ({arch})", f"{width}x{height}",
+                         _median_ms(lambda: renderer.render(scene, camera), options.repeats, progress), ""))
+        if warp:
+            width, height = SIZES[0]
+            device = "cuda:0" if arch == "cuda" else "cpu"
+            peer = warp(width, height, device)
+            prm = pack(scene, camera, width, height)
+            peer.render(prm)  # compile, warm up, and the frame we validate
+            progress.update(1)
+            share, max_err, _ = pixel_parity(ours_full, peer.image())
+            same = share >= MIN_SHARE and max_err <= MAX_ERR
+            note = f"same image: {share * 100:.4f}% within {ATOL:g}, max err {max_err:.2g}"
+            if not same:
+                raise UserError(f"the Warp port does not render the same frame ({note}); not timing it")
+            rows.append((f"warp ({device})", f"{width}x{height}",
+                         _median_ms(lambda: peer.render(prm), options.repeats, progress), note))
+    print(f"\nray march, robot-arm scene at t={T}, warm, median of {options.repeats} ({_load()})")
+    print(f"{'renderer':<16} {'size':>10} {'ms/frame':>10}  notes")
+    for name, size, ms, note in rows:
+        print(f"{name:<16} {size:>10} {ms:>10.1f}  {note}")
+    if warp:
+        ours_ms = rows[0][2]
+        print(f"ours vs warp at {SIZES[0][0]}x{SIZES[0][1]}: {rows[-1][2] / ours_ms:.2f}x "
+              f"({'faster' if ours_ms < rows[-1][2] else 'slower'})")
+    return 0

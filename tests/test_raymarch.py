@@ -1,0 +1,104 @@
+"""The ray-marched frame: image sanity at a small size, cpu vs vulkan parity, bad sizes."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from app.claims.raymarch_parity import pixel_parity
+from app.scenes import robot_arm as arm
+from engine import image_io
+from engine.errors import UserError
+from engine.kernels.raymarch import TILE_HALF
+from engine.render import MAX_DEPTH, Camera, check_size, pack
+
+W, H = 256, 128
+
+
+def project(point: np.ndarray, camera: Camera, width: int = W, height: int = H) -> tuple[int, int]:
+    """Pixel (row, col) where a world point appears, using the kernel's camera convention."""
+    right, up, forward = camera.basis()
+    rel = np.asarray(point) - camera.position()
+    tan_half = np.tan(np.radians(camera.fov_y) / 2)
+    u = rel @ right / (rel @ forward) / (tan_half * width / height)
+    v = rel @ up / (rel @ forward) / tan_half
+    return int((1 - v) / 2 * height), int((u + 1) / 2 * width)
+
+
+@pytest.fixture(scope="module")
+def frame(ti_cpu):
+    out = arm.raymarch_frame(t=0.5, width=W, height=H)
+    return out
+
+
+def test_frame_is_finite_and_not_blank(frame):
+    rgb = frame["rgb"]
+    assert rgb.shape == (H, W, 3) and rgb.dtype == np.float32
+    assert np.isfinite(rgb).all() and 0.0 <= rgb.min() and rgb.max() <= 1.0
+    assert rgb.std() > 0.05 and len(np.unique(image_io.srgb8(rgb).reshape(-1, 3), axis=0)) > 500
+    assert frame["depth"].shape == (H, W) and frame["normal"].shape == (H, W, 3)
+    assert frame["steps"].min() >= 1
+
+
+def test_sky_floor_and_arm_where_expected(frame):
+    camera = Camera()
+    depth, normal, rgb = frame["depth"], frame["normal"], frame["rgb"]
+    # sky along the top row: escaped rays, bluish-grey
+    assert (depth[0] == MAX_DEPTH).all() and (rgb[0, :, 2] >= rgb[0, :, 0]).all()
+    # floor in the bottom-left corner: a hit facing straight up
+    assert depth[-2, 2] < MAX_DEPTH
+    np.testing.assert_allclose(normal[-2, 2], [0, 1, 0], atol=1e-3)
+    # the arm's elbow joint: a hit about as far as the elbow is from the camera (the floor behind is > 5 m)
+    scene = arm.scene_at(0.5)
+    yaw = scene.yaw
+    elbow = np.array([arm.BASE_XZ[0] + scene.elbow[0] * np.sin(yaw), scene.elbow[1],
+                      arm.BASE_XZ[1] + scene.elbow[0] * np.cos(yaw)])
+    row, col = project(elbow, camera)
+    distance = np.linalg.norm(elbow - camera.position())
+    assert abs(depth[row, col] - distance) < 0.3 and normal[row, col, 1] < 0.99  # joint radius + link width
+    # a standing tile (slot 0, the S): its face points at the camera side (+z)
+    row, col = project(arm.slot_center(0) + [0.12, 0.15, TILE_HALF[2]], camera)
+    assert normal[row, col, 2] > 0.5
+
+
+def test_aov_images_encode(frame):
+    assert image_io.depth_image(frame["depth"], MAX_DEPTH).shape == (H, W)
+    assert image_io.normal_image(frame["normal"]).shape == (H, W, 3)
+    assert image_io.heatmap(frame["steps"], 0, 160).shape == (H, W, 3)
+
+
+@pytest.mark.parametrize("t", [0.0, 0.5, 1.0])
+def test_cpu_and_vulkan_agree(t):
+    from tests.conftest import backend_worker
+
+    inputs = {"t": t, "width": 128, "height": 64}
+    a = backend_worker("cpu").call("raymarch_frame", **inputs)["rgb"]
+    b = backend_worker("vulkan").call("raymarch_frame", **inputs)["rgb"]
+    share, max_err, _ = pixel_parity(a, b)
+    assert share >= 0.9995 and max_err <= 5e-2, (share, max_err)
+
+
+@pytest.mark.parametrize("width,height", [(0, 64), (-3, 64), (64, 16385), (2.5, 64), (True, 64)])
+def test_absurd_sizes_are_user_errors(width, height):
+    with pytest.raises(UserError, match="width|height"):
+        check_size(width, height)
+
+
+def test_size_beyond_memory_is_a_user_error():
+    with pytest.raises(UserError, match="GiB"):
+        check_size(16384, 16384, budget_bytes=2**30)
+
+
+def test_render_cli_rejects_bad_sizes_in_one_line(tmp_path):
+    for flags in (["--width", "0"], ["--height", "-1"], ["--width", "20000"], ["--t", "1.5"]):
+        result = subprocess.run([sys.executable, "-m", "app", "render", *flags, "--out", str(tmp_path)],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_camera_packing_is_orthonormal():
+    prm = pack(arm.scene_at(0.0), Camera(), 200, 100)
+    right, up, fwd = prm[3:6], prm[6:9], prm[9:12]
+    assert abs(right @ up) < 1e-6 and abs(right @ fwd) < 1e-6 and abs(up @ fwd) < 1e-6
+    assert np.linalg.norm(right) / np.linalg.norm(up) == pytest.approx(2.0, rel=1e-6)
