@@ -85,6 +85,7 @@ class ChamferLoss:
         self.ref_count = g.field(ti.i32, (self.n_vertices,))
         self.ref_start = g.field(ti.i32, (self.n_vertices + 1,))
         self.ref_cursor = g.field(ti.i32, (self.n_vertices,))
+        self.ref_blocks = g.field(ti.i32, (-(-self.n_vertices // k.SCAN_BLOCK),))
         self.slots = g.field(ti.i32, (3 * n_samples,))
         g.finalize()
         self.faces.from_numpy(np.asarray(faces, dtype=np.int32))
@@ -128,7 +129,7 @@ class ChamferLoss:
         n = self.n_samples
         launch(k.zero_ints, self.ref_count)
         launch(k.count_refs, self.faces, self.held_face, n, self.ref_count)
-        launch(k.exclusive_scan, self.ref_count, self.ref_start, self.ref_cursor)
+        launch(k.exclusive_scan, self.ref_count, self.ref_start, self.ref_cursor, self.ref_blocks)
         launch(k.fill_slots, self.faces, self.held_face, n, self.ref_cursor, self.slots)
 
     def record(self, tape: Tape) -> None:

@@ -104,6 +104,23 @@ def test_loss_and_gradients_are_bit_reproducible(ti_cpu):
         np.testing.assert_array_equal(other_grad, grad)
 
 
+@pytest.mark.parametrize("n", [1, 64, 1000])
+def test_slot_index_scan_matches_cumsum(ti_cpu, n):
+    from engine.kernels import chamfer as kernels
+
+    counts = np.random.default_rng(n).integers(0, 9, n).astype(np.int32)
+    group = FieldGroup()
+    count, start, cursor = group.field(ti.i32, (n,)), group.field(ti.i32, (n + 1,)), group.field(ti.i32, (n,))
+    blocks = group.field(ti.i32, (-(-n // kernels.SCAN_BLOCK),))
+    group.finalize()
+    count.from_numpy(counts)
+    kernels.exclusive_scan(count, start, cursor, blocks)
+    expected = np.concatenate([[0], np.cumsum(counts)])
+    np.testing.assert_array_equal(start.to_numpy(), expected)
+    np.testing.assert_array_equal(cursor.to_numpy(), expected[:-1])
+    group.destroy()
+
+
 def test_laplacian_step_moves_towards_the_neighbour_mean(ti_cpu):
     group, x, v, f = _source(1, ti.f64)
     smoother = LaplacianSmoother(x, f)

@@ -24,6 +24,7 @@ vertex -> slot index built by `count_refs`, `exclusive_scan`, `fill_slots`
 import taichi as ti
 
 BLOCK = 32  # terms per block sum: unrolled, so Taichi AD needs no stack for it
+SCAN_BLOCK = 64  # counts per block of the slot-index scan
 
 
 @ti.func
@@ -69,13 +70,30 @@ def count_refs(faces: ti.template(), face_id: ti.template(), n: ti.i32, count: t
 
 
 @ti.kernel
-def exclusive_scan(count: ti.template(), start: ti.template(), cursor: ti.template()):
-    """start[v] = sum of count[:v] (start has one more entry: the total); cursor = start."""
-    start[0] = 0
+def exclusive_scan(count: ti.template(), start: ti.template(), cursor: ti.template(), block_total: ti.template()):
+    """start[v] = sum of count[:v] (start has one more entry: the total); cursor = start.
+
+    Two levels, so the serial part is V / SCAN_BLOCK long (a GPU runs a serial loop on one
+    thread): scan each block of SCAN_BLOCK counts in parallel, scan the block totals serially
+    (block_total: ceil(V / SCAN_BLOCK) entries), then add each block's offset in parallel.
+    """
+    n = count.shape[0]
+    blocks = (n + SCAN_BLOCK - 1) // SCAN_BLOCK
+    for b in range(blocks):
+        acc = 0
+        for i in range(b * SCAN_BLOCK, ti.min((b + 1) * SCAN_BLOCK, n)):
+            start[i] = acc
+            acc += count[i]
+        block_total[b] = acc
     ti.loop_config(serialize=True)
-    for v in range(count.shape[0]):
-        start[v + 1] = start[v] + count[v]
-        cursor[v] = start[v]
+    for b in range(1, blocks):
+        block_total[b] += block_total[b - 1]
+    for i in range(n):
+        b = i // SCAN_BLOCK
+        if b > 0:
+            start[i] += block_total[b - 1]
+        cursor[i] = start[i]
+    start[n] = block_total[blocks - 1]
 
 
 @ti.kernel
