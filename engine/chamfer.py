@@ -136,12 +136,12 @@ class ChamferLoss:
         """Taped: the held squared distances and their fixed-order sums into `self.value`."""
         with tape.pause():
             launch(k.zero_scalar, self.value)
-        launch(k.held_point_terms, self.x, self.held_point, self.n_vertices, 1.0 / self.n_vertices, self.terms_a, 0,
+        launch(k.held_point_terms, self.x, self.held_point, self.n_vertices, 1.0 / self.n_vertices, self.terms_a,
                name="chamfer: vertex to held target point")
         custom("chamfer: gather held source corners", self._gather_corners, self._scatter_corner_grads,
                reads=[self.x], writes=[self.corners])
         launch(k.held_face_terms, self.samples, self.corners, self.held_bary, self.n_samples, 1.0 / self.n_samples,
-               self.terms_b, 0, name="chamfer: sample to held source triangle")
+               self.terms_b, name="chamfer: sample to held source triangle")
         for terms, partial in ((self.terms_a, self.partial_a), (self.terms_b, self.partial_b)):
             launch(k.block_sums, terms, partial, name="chamfer: block sums")
             launch(k.serial_total, partial, self.value, name="chamfer: total")

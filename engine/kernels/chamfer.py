@@ -35,23 +35,22 @@ def _face(face_id, j):
 
 
 @ti.kernel
-def held_point_terms(x: ti.template(), held: ti.template(), n: ti.i32, weight: ti.f64,
-                     terms: ti.template(), offset: ti.i32):
-    """terms[offset + i] = weight * |x[i] - held[i]|^2 for i < n."""
+def held_point_terms(x: ti.template(), held: ti.template(), n: ti.i32, weight: ti.f64, terms: ti.template()):
+    """terms[i] = weight * |x[i] - held[i]|^2 for i < n."""
     for i in range(n):
         d = x[i] - held[i]
-        terms[offset + i] = ti.cast(weight, terms.dtype) * d.dot(d)
+        terms[i] = ti.cast(weight, terms.dtype) * d.dot(d)
 
 
 @ti.kernel
 def held_face_terms(samples: ti.template(), corners: ti.template(), bary: ti.template(), n: ti.i32,
-                    weight: ti.f64, terms: ti.template(), offset: ti.i32):
-    """terms[offset + j] = weight * |s_j - (b0 c_j0 + b1 c_j1 + b2 c_j2)|^2 for j < n (corners: (n, 3))."""
+                    weight: ti.f64, terms: ti.template()):
+    """terms[j] = weight * |s_j - (b0 c_j0 + b1 c_j1 + b2 c_j2)|^2 for j < n (corners: (n, 3))."""
     for j in range(n):
         b = ti.cast(bary[j], corners.dtype)
         q = b[0] * corners[j, 0] + b[1] * corners[j, 1] + b[2] * corners[j, 2]
         d = ti.cast(samples[j], corners.dtype) - q
-        terms[offset + j] = ti.cast(weight, terms.dtype) * d.dot(d)
+        terms[j] = ti.cast(weight, terms.dtype) * d.dot(d)
 
 
 @ti.kernel
