@@ -27,11 +27,13 @@ def test_every_format_loads_a_box(tmp_path, ext):
     np.testing.assert_allclose(mesh.to_original(mesh.vertices).min(axis=0), [9.0, -2.0, -4.0], atol=1e-6)
 
 
-def test_glb_scene_is_concatenated(tmp_path):
-    scene = trimesh.Scene([trimesh.creation.box(), trimesh.creation.icosphere(1)])
+def test_glb_scene_is_concatenated_with_node_transforms(tmp_path):
+    scene = trimesh.Scene([trimesh.creation.icosphere(1)])
+    scene.add_geometry(trimesh.creation.box(), transform=trimesh.transformations.translation_matrix((5, 0, 0)))
     scene.export(tmp_path / "scene.glb")
-    mesh = load_mesh(tmp_path / "scene.glb")
-    assert mesh.faces.shape == (12 + 80, 3)
+    mesh = load_mesh(tmp_path / "scene.glb", normalise=False)
+    assert mesh.faces.shape == (80 + 12, 3)
+    np.testing.assert_allclose(mesh.vertices.max(axis=0), [5.5, 1.0, 1.0], atol=1e-6)
 
 
 def test_normalise_false_keeps_coordinates(tmp_path):
