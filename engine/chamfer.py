@@ -1,8 +1,9 @@
 """Symmetric Chamfer loss through the BVH, recorded on the tape; and the Laplacian smoother.
 
     loss = ChamferLoss(x, faces, target, n_samples=8192, seed=0)   # x: vec3 field (V,), needs_grad
-    loss.correspond(tape)          # untaped: refit source BVH, query both directions, index slots
-    loss.record(tape)              # taped: held distances + fixed-order sums into loss.value
+    with tape:
+        loss.correspond()          # untaped: refit source BVH, query both directions, index slots
+        loss.record(tape)          # taped: held distances + fixed-order sums into loss.value
     tape.backward(loss.value)      # d loss / d x lands in x.grad
 
 The loss is  mean_i |x_i - t(x_i)|^2  +  mean_j |s_j - p(s_j)|^2 :
@@ -20,8 +21,6 @@ barycentric weight. Every sum runs in a fixed order, so one backend gives bit-id
 loss and gradients run to run.
 """
 from __future__ import annotations
-
-from contextlib import nullcontext
 
 import numpy as np
 import taichi as ti
@@ -47,6 +46,10 @@ def sample_surface(mesh: Mesh, n: int, seed: int) -> np.ndarray:
 
 
 REBUILD_EVERY = 25  # source BVH re-sorts: 20-30 % faster fits on spot (docs/RESULTS.md), ~3 ms each
+
+
+def _no_adjoint() -> None:
+    """The closest-point search contributes no gradient of its own (see the module docstring)."""
 
 
 def _padded(n: int) -> int:
@@ -101,21 +104,26 @@ class ChamferLoss:
             self.source_bvh = TriangleBVH(self.x, self.faces)
         return self.source_bvh, self.target_bvh
 
-    def correspond(self, tape: Tape | None = None) -> None:
-        """Untaped: refit the source BVH (re-sort it every `rebuild_every` calls), find and hold
-        both directions' closest points."""
-        with tape.pause() if tape is not None else nullcontext():
-            source, target = self._bvhs()
-            self._correspondences += 1
-            if self.rebuild_every and self._correspondences % self.rebuild_every == 0:
-                source.rebuild()  # host re-sort: boxes of a tree sorted for the sphere overlap as it deforms
-            else:
-                source.refit()
-            target.query(self.x, self.query_face, self.query_bary, self.held_point, self.query_dist2,
-                         self.n_vertices)
-            source.query(self.samples, self.held_face, self.held_bary, self.query_point, self.query_dist2,
-                         self.n_samples)
-            self.index_slots()
+    def correspond(self) -> None:
+        """Refit the source BVH (re-sort it every `rebuild_every` calls), find and hold both
+        directions' closest points. Untaped work; inside a tape it is recorded as a custom step
+        with no adjoint (the envelope theorem: no gradient flows through the argmin), so the
+        tape inspector lists it with its time."""
+        custom("chamfer: closest points (BVH, untaped)", self._correspond, _no_adjoint,
+               reads=[self.x, self.samples], writes=[self.held_point, self.held_face, self.held_bary])
+
+    def _correspond(self) -> None:
+        source, target = self._bvhs()
+        self._correspondences += 1
+        if self.rebuild_every and self._correspondences % self.rebuild_every == 0:
+            source.rebuild()  # host re-sort: boxes of a tree sorted for the sphere overlap as it deforms
+        else:
+            source.refit()
+        target.query(self.x, self.query_face, self.query_bary, self.held_point, self.query_dist2,
+                     self.n_vertices)
+        source.query(self.samples, self.held_face, self.held_bary, self.query_point, self.query_dist2,
+                     self.n_samples)
+        self.index_slots()
 
     def hold(self, held_point: np.ndarray, held_face: np.ndarray, held_bary: np.ndarray) -> None:
         """Set the held correspondences directly (tests: gradients under held correspondence)."""

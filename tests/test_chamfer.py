@@ -25,7 +25,7 @@ def _evaluate(loss: ChamferLoss, query: bool) -> tuple[float, np.ndarray]:
     tape = Tape()
     with tape:
         if query:
-            loss.correspond(tape)
+            loss.correspond()
         loss.record(tape)
     tape.backward(loss.value)
     value, grad = loss.value[None], loss.x.grad.to_numpy()

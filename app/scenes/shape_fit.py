@@ -123,7 +123,7 @@ class ShapeFit:
         """Loss and gradient (in `self.x.grad`) at the current vertices, without updating them."""
         self.tape.reset()
         with self.tape:
-            self.loss.correspond(self.tape)
+            self.loss.correspond()
             self.loss.record(self.tape)
         self.tape.backward(self.loss.value)
         return float(self.loss.value[None])
