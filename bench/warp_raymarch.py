@@ -274,7 +274,7 @@ def soft_shadow(ro: wp.vec3, rd: wp.vec3, s: Scene):
             closest = wp.sqrt(wp.max(h * h - y * y, 0.0))
             res = wp.min(res, 10.0 * closest / wp.max(t - y, 1.0e-4))
         prev_h = h
-        t = t + wp.clamp(h, 0.01, 0.25)
+        t = t + wp.clamp(h, 0.01, 0.5)
         if res < 0.001 or t > 8.0 or ro[1] + rd[1] * t > float(rk.SCENE_TOP):
             break
     res = wp.clamp(res, 0.0, 1.0)
@@ -330,7 +330,7 @@ def shade(p: wp.vec3, rd: wp.vec3, t: float, s: Scene):
         spec = 0.18
         squarings = 6
     elif m == rk.M_PAINT:
-        albedo = wp.vec3(0.92, 0.42, 0.05)
+        albedo = wp.vec3(0.9, 0.28, 0.025)
         spec = 0.25
         squarings = 6
     elif m == rk.M_JOINT:
@@ -420,7 +420,7 @@ def render(prm: wp.array(dtype=float), width: int, height: int, rgb: wp.array(dt
             near_ratio = ratio
             near_t = t
         t = t + res[0]
-        if t > float(rk.T_MAX):
+        if t > float(rk.T_MAX) or (rd[1] > 0.0 and ro[1] + rd[1] * t > float(rk.SCENE_TOP)):
             break
     colour = sky(rd)
     cover = float(1.0)

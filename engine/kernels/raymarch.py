@@ -295,9 +295,9 @@ def scene_sdf(p: vec3, s: Scene) -> vec2:
 KEY_DIR = (-0.4813, 0.7700, 0.4187)  # towards the key light (unit length; front-left, above)
 KEY_COL = (2.9, 2.65, 2.3)
 SKY_ZENITH = (0.22, 0.36, 0.62)
-SKY_HORIZON = (0.66, 0.72, 0.8)
-FLOOR_BASE = (0.42, 0.42, 0.43)
-FLOOR_LINE = (0.3, 0.31, 0.33)
+SKY_HORIZON = (0.5, 0.55, 0.62)
+FLOOR_BASE = (0.3, 0.3, 0.31)
+FLOOR_LINE = (0.2, 0.21, 0.23)
 
 
 @ti.func
@@ -330,7 +330,7 @@ def soft_shadow(ro: vec3, rd: vec3, s: Scene) -> ti.f32:
             closest = ti.sqrt(ti.max(h * h - y * y, 0.0))
             res = ti.min(res, 10.0 * closest / ti.max(t - y, 1e-4))
         prev_h = h
-        t += ti.math.clamp(h, 0.01, 0.25)
+        t += ti.math.clamp(h, 0.01, 0.5)
         if res < 0.001 or t > 8.0 or ro.y + rd.y * t > SCENE_TOP:  # nothing stands above SCENE_TOP
             break
     res = ti.math.clamp(res, 0.0, 1.0)
@@ -386,7 +386,7 @@ def material(m: ti.i32, p: vec3, t: ti.f32):
         spec = 0.18
         squarings = 6
     elif m == M_PAINT:
-        albedo = vec3(0.92, 0.42, 0.05)
+        albedo = vec3(0.9, 0.28, 0.025)
         spec = 0.25
         squarings = 6
     elif m == M_JOINT:
@@ -487,7 +487,7 @@ def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dt
                 near_ratio = ratio
                 near_t = t
             t += res.x
-            if t > T_MAX:
+            if t > T_MAX or (rd.y > 0.0 and ro.y + rd.y * t > SCENE_TOP):  # nothing more to hit
                 break
         # shade the hit, or the surface a near miss grazed (blended by the share of the pixel
         # it covers): one shading call site keeps the kernel small
