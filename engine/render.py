@@ -143,6 +143,12 @@ class Renderer:
         self.last_ms = (time.perf_counter() - started) * 1e3
         return self._rgb.to_numpy()
 
+    def srgb8(self) -> np.ndarray:
+        """The last frame as sRGB uint8 (H, W, 3), ready for a PNG or a texture."""
+        from engine.image_io import srgb8
+
+        return srgb8(self._rgb.to_numpy())
+
     def depth(self) -> np.ndarray:
         """Distance along each ray to the surface (H, W); `MAX_DEPTH` where the ray escaped."""
         return self._depth.to_numpy()

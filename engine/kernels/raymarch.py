@@ -472,7 +472,7 @@ def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dt
         rd = rd / rd.norm()
         # march, remembering the closest approach (in pixel footprints) for edge coverage
         t = 0.0
-        hit_m = M_SKY
+        hit = False
         n_steps = 0
         near_ratio = 1e9
         near_t = 0.0
@@ -480,7 +480,7 @@ def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dt
             n_steps = i + 1
             res = scene_sdf(ro + rd * t, s)
             if res.x < HIT_EPS * t:
-                hit_m = ti.cast(res.y, ti.i32)
+                hit = True
                 break
             ratio = res.x / (pixel * t + 1e-6)
             if ratio < near_ratio:
@@ -495,7 +495,7 @@ def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dt
         n = vec3(0.0)
         d_out = T_MAX
         cover = 1.0
-        if hit_m == M_SKY:
+        if not hit:
             cover = 1.0 - ti.math.smoothstep(0.0, 1.0, near_ratio)
             t = near_t
         else:
@@ -503,7 +503,7 @@ def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dt
         if cover > 0.0:
             lit, n_lit = shade(ro + rd * t, rd, t, s)
             colour = colour + (fog(lit, rd, t) - colour) * cover
-            if hit_m != M_SKY:
+            if hit:
                 n = n_lit
         colour = tone_map(colour)
         for k in ti.static(range(3)):
