@@ -38,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="second backend for parity checks (default: cpu, or vulkan when --arch is cpu)")
     parser.add_argument("--out", default="out", help="output folder (default: out/)")
     parser.add_argument("--only", default=None, help="comma-separated claim names to run")
+    gui = parser.add_argument_group("desktop app test hooks")
+    gui.add_argument("--frames", type=int, default=None, metavar="N",
+                     help="run N frames once the panels show live content, then close (with --screenshot: save it)")
+    gui.add_argument("--screenshot", default=None, metavar="PATH", help="save a PNG of the whole window on close")
+    gui.add_argument("--panel", default=None, metavar="NAME", help="show only this panel: raymarch, fit, parity or tape")
+    gui.add_argument("--size", default="1280x800", metavar="WxH", help="window size (default 1280x800)")
     return parser
 
 
@@ -53,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
 
             only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
             return run_headless(args.arch, args.parity_arch, args.out, only)
-        raise UserError("the desktop app is not built yet: use --headless")
+        from app.ui.app import launch_app  # imports imgui only once the window opens
+
+        return launch_app(args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

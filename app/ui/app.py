@@ -112,12 +112,53 @@ def launch_app(args) -> int:
     size = parse_size(args.size)
     arch, parity_arch = resolve_archs(args.arch, args.parity_arch)
     require_display()
-    return run_app(AppOptions(arch=arch, parity_arch=parity_arch, frames=args.frames,
-                              screenshot=args.screenshot, panel=args.panel, size=size))
+    run = run_app(AppOptions(arch=arch, parity_arch=parity_arch, frames=args.frames,
+                             screenshot=args.screenshot, panel=args.panel, size=size))
+    if args.frames is not None:
+        print(run.summary() + (f"; screenshot {args.screenshot}" if args.screenshot else ""))
+    return run.exit_code
 
 
-def run_app(options: AppOptions) -> int:
-    """Open the window; return the exit code once it closes."""
+@dataclass
+class AppRun:
+    """What a closed window leaves behind: its exit code, final state and frame timing after warm-up."""
+
+    exit_code: int
+    state: object  # app.ui.state.AppState
+    warm_frames: int = 0  # frames drawn after the panels had live content
+    warm_seconds: float = 0.0
+
+    @property
+    def fps(self) -> float:
+        return self.warm_frames / self.warm_seconds if self.warm_seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        view, fit = self.state.raymarch, self.state.fit
+        frame = f"{view.image.shape[1]}x{view.image.shape[0]}" if view.image is not None else "no frame"
+        return (f"{self.warm_frames} frames after warm-up in {self.warm_seconds:.1f} s: {self.fps:.1f} fps; "
+                f"ray march {frame} {view.ms_per_frame:.0f} ms/frame; fit iteration {fit.iteration}")
+
+
+class _FrameClock:
+    """Frame times for the timeline, and the warm-up gate of the --frames hook."""
+
+    def __init__(self):
+        self.last = self.started = time.perf_counter()
+        self.warm_frame: int | None = None
+        self.warm_at = 0.0
+
+    def tick(self) -> float:
+        now = time.perf_counter()
+        dt, self.last = now - self.last, now
+        return dt
+
+    def mark_warm(self, state) -> None:
+        if self.warm_frame is None and (is_warm(state) or self.last - self.started > WARM_TIMEOUT_S):
+            self.warm_frame, self.warm_at = state.frame, self.last
+
+
+def run_app(options: AppOptions) -> AppRun:
+    """Open the window; return once it closes."""
     require_display()
     from imgui_bundle import hello_imgui, immapp, imgui
 
@@ -131,24 +172,20 @@ def run_app(options: AppOptions) -> int:
     controller = Controller(state)
     draws = {"raymarch": raymarch.draw, "fit": shape_fit.draw, "parity": parity.draw, "tape": tape.draw}
     gfx: list[Gfx] = []  # created once the GL context exists
-    clock = {"last": time.perf_counter(), "warm_frame": None, "warm_since": time.perf_counter(), "fit_started": False}
+    clock = _FrameClock()
+    scripted = options.frames is not None or options.test_function is not None
 
     def before_frame() -> None:
-        now = time.perf_counter()
-        controller.tick(state, now - clock["last"])
-        clock["last"] = now
+        controller.tick(state, clock.tick())
         state.frame += 1
-        state.ui_fps = imgui.get_io().framerate if state.frame > 1 else 0.0
-        if options.start_fit and state.fit.ready and not clock["fit_started"]:
-            state.fit.running = clock["fit_started"] = True
+        state.ui_fps = imgui.get_io().framerate
+        clock.mark_warm(state)
+        if options.start_fit and state.fit.ready and clock.warm_frame is not None and not state.fit.iteration:
+            state.fit.running = True
         busy = state.raymarch.playing or state.fit.running or bool(state.warmup) or state.parity.status == "busy"
-        params.fps_idling.enable_idling = options.frames is None and options.test_function is None and not busy
-        if options.frames is not None:
-            warm = is_warm(state) or now - clock["warm_since"] > WARM_TIMEOUT_S
-            if warm and clock["warm_frame"] is None:
-                clock["warm_frame"] = state.frame
-            if clock["warm_frame"] is not None and state.frame - clock["warm_frame"] >= options.frames:
-                params.app_shall_exit = True
+        params.fps_idling.enable_idling = not scripted and not busy  # idle at a few fps only when nothing moves
+        if options.frames is not None and clock.warm_frame is not None:
+            params.app_shall_exit = state.frame - clock.warm_frame >= options.frames
 
     def window(name: str, dock: str) -> hello_imgui.DockableWindow:
         def gui() -> None:
@@ -170,7 +207,7 @@ def run_app(options: AppOptions) -> int:
     params.docking_params.docking_splits = splits
     params.docking_params.dockable_windows = [window(name, dock) for name, dock in docks.items()]
     params.docking_params.layout_condition = hello_imgui.DockingLayoutCondition.application_start
-    if options.frames is not None or options.test_function is not None:
+    if scripted:
         params.ini_disable = True  # tests and screenshots start from the default layout, every time
     else:
         params.ini_folder_type = hello_imgui.IniFolderType.app_user_config_folder
@@ -186,15 +223,23 @@ def run_app(options: AppOptions) -> int:
         if options.test_function is not None:
             from imgui_bundle.immapp import testing
 
+            def patient_watchdog() -> None:  # the first run compiles kernels for minutes: no test kill at 60 s
+                engine_io = imgui.test_engine.get_io(hello_imgui.get_imgui_test_engine())
+                engine_io.config_watchdog_warning = engine_io.config_watchdog_kill_test = WARM_TIMEOUT_S
+
+            params.callbacks.register_tests = patient_watchdog
             testing.run(test_function=lambda ctx: options.test_function(ctx, state),
                         runner_params=params, add_ons_params=addons)
         else:
             immapp.run(params, addons)
     finally:
         controller.close()
+    run = AppRun(0, state)
+    if clock.warm_frame is not None:
+        run.warm_frames, run.warm_seconds = state.frame - clock.warm_frame, clock.last - clock.warm_at
     if options.screenshot:
         _save_screenshot(options.screenshot)
-    return 0
+    return run
 
 
 def _save_screenshot(path: str) -> None:

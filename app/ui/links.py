@@ -7,6 +7,12 @@ as it runs (measured: a 0.75 s cpu kernel in a thread blocked the main thread fo
 `engine.worker.BackendWorker` process, and a `WorkerLink` thread talks to it; waiting
 on the pipe releases the GIL.
 
+Workers run at a lower CPU priority (nice +10) than the window: on a 2-core machine a
+running fit would otherwise take the cores the UI needs to draw (the CPU backend and
+llvmpipe both want every core). Linux keeps nice values per thread and a child
+process inherits its creating thread's, so the link thread lowers its own priority
+just before it spawns the worker; the UI thread keeps its own.
+
 Requests go into named slots. In a replacing slot the newest request wins (a frame
 for an old camera angle is never rendered); a queueing slot keeps every request in
 order (Reset, then Step). Slots are served in `priorities` order; when all are empty
@@ -15,6 +21,7 @@ land on `answers`, which the controller drains on the UI thread.
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -23,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from engine.worker import BackendWorker, WorkerError
+
+WORKER_NICE = 10  # scheduling priority of the backend workers relative to the window
 
 
 @dataclass
@@ -95,9 +104,13 @@ class WorkerLink:
             return None
 
     def _run(self) -> None:
+        try:  # this thread only (Linux): the worker spawned from it inherits the lower priority
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
+        except (OSError, AttributeError):
+            pass  # elsewhere the workers run at the window's priority
         try:
             self._worker = BackendWorker(self.arch)
-        except WorkerError as exc:
+        except Exception as exc:  # WorkerError, or the process could not even be spawned
             self.status = f"unavailable: {exc}"
             return
         self.backend = self._worker.backend

@@ -82,10 +82,11 @@ def _status_badge(status: str) -> None:
 
 def _histogram(state: AppState, size: imgui.ImVec2) -> None:
     view = state.parity
-    if view.hist_counts is None or not implot.begin_plot("log10 |A - B|", imgui.ImVec2(size.x, max(size.y, 60.0))):
+    plot_size = imgui.ImVec2(size.x, max(size.y, 60.0))
+    if view.hist_counts is None or not implot.begin_plot("log10 |A - B|", plot_size, implot.Flags_.no_legend):
         return
-    implot.setup_axes("", "pixels", implot.AxisFlags_.none, implot.AxisFlags_.auto_fit)
+    implot.setup_axes("", "values", implot.AxisFlags_.none, implot.AxisFlags_.auto_fit)
     implot.setup_axis_limits(implot.ImAxis_.x1, *LOG_RANGE, implot.Cond_.always)
-    implot.plot_bars("pixels", view.hist_log_err, view.hist_counts, (LOG_RANGE[1] - LOG_RANGE[0]) / HIST_BINS)
+    implot.plot_bars("values", view.hist_log_err, view.hist_counts, (LOG_RANGE[1] - LOG_RANGE[0]) / HIST_BINS)
     implot.tag_x(np.log10(view.atol), imgui.ImVec4(0.4, 0.9, 0.4, 1.0), "atol")
     implot.end_plot()

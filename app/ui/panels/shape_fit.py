@@ -154,9 +154,11 @@ def _mesh_view(state: AppState, gfx: Gfx, size: imgui.ImVec2) -> None:
 
 def _loss_plot(state: AppState, size: imgui.ImVec2) -> None:
     losses = state.fit.losses
-    if implot.begin_plot("Chamfer loss", size):
-        implot.setup_axes("iteration", "loss", implot.AxisFlags_.auto_fit, implot.AxisFlags_.auto_fit)
+    if implot.begin_plot("Chamfer loss", size, implot.Flags_.no_legend):
+        implot.setup_axes("iteration", "", implot.AxisFlags_.auto_fit, implot.AxisFlags_.auto_fit)
         implot.setup_axis_scale(implot.ImAxis_.y1, implot.Scale_.log10)
+        if not losses:  # auto-fit has nothing to fit yet: show a sensible empty range
+            implot.setup_axes_limits(0.0, 100.0, 1e-4, 1.0, implot.Cond_.always)
         if losses:
             ys = np.asarray(losses, dtype=np.float64)
             implot.plot_line("loss", np.arange(len(ys), dtype=np.float64), ys)

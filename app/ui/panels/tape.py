@@ -17,10 +17,11 @@ def draw(state: AppState, gfx: Gfx) -> None:
     timing = f", {total:.2f} ms" if state.show_timings else ""
     imgui.text(f"iteration {tape.iteration}: {len(tape.names)} launches{timing}")
     avail = imgui.get_content_region_avail()
-    half = imgui.ImVec2(avail.x * 0.5 - imgui.get_style().item_spacing.x, avail.y)
-    _table(state, half)
+    spacing = imgui.get_style().item_spacing.x
+    table = imgui.ImVec2(avail.x * 0.55 - spacing, avail.y)
+    _table(state, table)
     imgui.same_line()
-    _bars(state, imgui.ImVec2(avail.x - half.x - imgui.get_style().item_spacing.x, avail.y))
+    _bars(state, imgui.ImVec2(avail.x - table.x - spacing, avail.y))
 
 
 def _table(state: AppState, size: imgui.ImVec2) -> None:
@@ -30,9 +31,9 @@ def _table(state: AppState, size: imgui.ImVec2) -> None:
         return
     imgui.table_setup_scroll_freeze(0, 1)
     imgui.table_setup_column("#", imgui.TableColumnFlags_.width_fixed)
-    imgui.table_setup_column("launch")
-    imgui.table_setup_column("fwd ms", imgui.TableColumnFlags_.width_fixed)
-    imgui.table_setup_column("bwd ms", imgui.TableColumnFlags_.width_fixed)
+    imgui.table_setup_column("launch", imgui.TableColumnFlags_.width_stretch)
+    imgui.table_setup_column("fwd ms", imgui.TableColumnFlags_.width_fixed, imgui.get_font_size() * 3.5)
+    imgui.table_setup_column("bwd ms", imgui.TableColumnFlags_.width_fixed, imgui.get_font_size() * 3.5)
     imgui.table_headers_row()
     for index, name in enumerate(tape.names):
         imgui.table_next_row()
@@ -42,12 +43,15 @@ def _table(state: AppState, size: imgui.ImVec2) -> None:
         imgui.text(name)
         for value in (tape.forward_ms[index], tape.backward_ms[index]):
             imgui.table_next_column()
-            imgui.text(f"{value:.3f}" if state.show_timings else "-")
+            imgui.text(f"{value:7.3f}" if state.show_timings else "-")
     imgui.end_table()
 
 
 def _bars(state: AppState, size: imgui.ImVec2) -> None:
     tape = state.tape
+    if not state.show_timings:
+        imgui.text_disabled("(timings hidden for screenshots)")
+        return
     if not implot.begin_plot("forward / backward ms", size):
         return
     count = len(tape.names)

@@ -1,0 +1,40 @@
+"""`python -m app bench gui_fps [--arch A] [--frames N] [--size WxH]`: the desktop app's frame rate while a fit runs.
+
+The issue-6 goal: at least 30 fps at 1280x800 under Xvfb with Mesa's llvmpipe on 2 cores
+while a shape fit runs. The app opens with its default layout; once every panel shows live
+content the fit is started and the next N frames are timed (the ray-march view keeps
+rendering when the fit batches yield). Prints one table row and the load average, since
+other processes on the machine change the figure. Needs a display: run under
+`xvfb-run -a -s "-screen 0 1280x800x24"`; without one it says so and skips.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def main(argv: list[str]) -> int:
+    from app.cli import add_arch_argument
+    from app.ui.app import AppOptions, parse_size, resolve_archs, run_app
+
+    parser = argparse.ArgumentParser(prog="python -m app bench gui_fps")
+    add_arch_argument(parser)
+    parser.add_argument("--parity-arch", default=None)
+    parser.add_argument("--frames", type=int, default=300, help="frames timed once the fit runs (default 300)")
+    parser.add_argument("--size", default="1280x800")
+    args = parser.parse_args(argv)
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        print("gui_fps: skipped: no display (run under xvfb-run)")
+        return 0
+    arch, parity_arch = resolve_archs(args.arch, args.parity_arch)
+    run = run_app(AppOptions(arch=arch, parity_arch=parity_arch, frames=args.frames, size=parse_size(args.size),
+                             start_fit=True))
+    state = run.state
+    renderer = os.popen("glxinfo -B 2>/dev/null | grep -i 'renderer string'").read().strip() or "unknown GL"
+    print(f"| window | GL | UI fps while fitting | fit it/s | fit iterations | ray-march frames | ms/frame |")
+    print(f"|---|---|---|---|---|---|---|")
+    print(f"| {args.size} | {renderer.split(':')[-1].strip()} | {run.fps:.1f} ({run.warm_frames} frames) "
+          f"| {state.fit.iterations_per_s:.1f} | {state.fit.iteration} | {state.raymarch.frames_rendered} "
+          f"| {state.raymarch.ms_per_frame:.0f} |")
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    return 0
