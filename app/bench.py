@@ -10,6 +10,7 @@ BENCHMARKS: dict[str, str] = {  # name -> "module:function"
     "closest": "bench.closest:main",
     "fit_overhead": "bench.fit_overhead:main",
     "raymarch": "bench.raymarch:main",
+    "gui_fps": "bench.gui_fps:main",
 }
 
 
