@@ -68,13 +68,15 @@ def heatmap(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
 
 
 def depth_image(depth: np.ndarray, far: float) -> np.ndarray:
-    """Depth -> grey uint8: near is bright, the far limit (escaped rays) is black."""
-    hit = depth < far
+    """Depth -> grey uint8 by inverse depth (resolves near objects against a far floor):
+    the nearest hit is white, the farthest dark grey, escaped rays (depth >= far) black."""
     d = np.asarray(depth, np.float64)
+    hit = (d < far) & (d > 0.0)
     if not hit.any():
         return np.zeros(d.shape, np.uint8)
-    lo, hi = float(d[hit].min()), float(d[hit].max())
-    g = 1.0 - (d - lo) / max(hi - lo, 1e-9) * 0.85
+    inv = np.where(hit, 1.0 / np.where(hit, d, 1.0), 0.0)
+    lo, hi = float(inv[hit].min()), float(inv[hit].max())
+    g = 0.15 + 0.85 * (inv - lo) / max(hi - lo, 1e-12)
     return np.where(hit, g * 255.0 + 0.5, 0.0).astype(np.uint8)
 
 
