@@ -296,7 +296,7 @@ def ambient_occlusion(p: wp.vec3, n: wp.vec3, s: Scene):
 def sky(rd: wp.vec3):
     k = wp.clamp(rd[1] * 1.6, 0.0, 1.0)
     k = k * (2.0 - k)
-    return HORIZON + (ZENITH - HORIZON) * k
+    return HORIZON * (1.0 - k) + ZENITH * k
 
 
 @wp.func
@@ -316,7 +316,7 @@ def shade(p: wp.vec3, rd: wp.vec3, t: float, s: Scene):
     if m == rk.M_FLOOR:
         w = 0.004 + 0.0012 * t
         line = wp.max(grid_line(p[0], w), grid_line(p[2], w)) * 0.8
-        albedo = FLOOR_BASE + (FLOOR_LINE - FLOOR_BASE) * line
+        albedo = FLOOR_BASE * (1.0 - line) + FLOOR_LINE * line
         spec = 0.02
     elif m == rk.M_TABLE:
         albedo = wp.vec3(0.2, 0.11, 0.055)
@@ -359,7 +359,8 @@ def shade(p: wp.vec3, rd: wp.vec3, t: float, s: Scene):
     ndv = wp.clamp(-wp.dot(n, rd), 0.0, 1.0)
     f1 = 1.0 - ndv
     f2 = f1 * f1
-    fresnel = spec + (1.0 - spec) * (f2 * f2 * f1)
+    x5 = f2 * f2 * f1
+    fresnel = spec * (1.0 - x5) + 1.0 * x5
     sky_amount = 0.5 + 0.5 * n[1]
     bounce = wp.clamp(0.5 - 0.5 * n[1], 0.0, 1.0)
     diffuse = KEY_COL * (ndl * shadow) + ZENITH * (1.3 * sky_amount * ao) \
@@ -378,7 +379,7 @@ def tone(c: float):
 def fog(colour: wp.vec3, rd: wp.vec3, t: float):
     k = t * 0.045
     f = 1.0 - 1.0 / (1.0 + k * k)
-    return colour + (sky(rd) - colour) * f
+    return colour * (1.0 - f) + sky(rd) * f
 
 
 @wp.kernel
@@ -429,7 +430,7 @@ def render(prm: wp.array(dtype=float), width: int, height: int, rgb: wp.array(dt
         t = near_t
     if cover > 0.0:
         lit = shade(ro + rd * t, rd, t, s)
-        colour = colour + (fog(lit, rd, t) - colour) * cover
+        colour = colour * (1.0 - cover) + fog(lit, rd, t) * cover
     rgb[row, col] = wp.vec3(tone(colour[0]), tone(colour[1]), tone(colour[2]))
 
 

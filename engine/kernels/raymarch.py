@@ -185,6 +185,13 @@ def sd_tile(u: vec3, g: ti.i32) -> vec2:
 
 
 @ti.func
+def lerp(a, b, w):
+    """a*(1-w) + b*w, written so: NIR turns `a + (b-a)*w` into its flrp instruction and lowers
+    that back to this form, so only this form evaluates the same on LLVM and on lavapipe."""
+    return a * (1.0 - w) + b * w
+
+
+@ti.func
 def closer(a: vec2, b: vec2) -> vec2:
     res = a
     if b.x < a.x:
@@ -352,7 +359,7 @@ def ambient_occlusion(p: vec3, n: vec3, s: Scene) -> ti.f32:
 def sky(rd: vec3) -> vec3:
     k = ti.math.clamp(rd.y * 1.6, 0.0, 1.0)
     k = k * (2.0 - k)
-    return vec3(SKY_HORIZON) + (vec3(SKY_ZENITH) - vec3(SKY_HORIZON)) * k
+    return lerp(vec3(SKY_HORIZON), vec3(SKY_ZENITH), k)
 
 
 @ti.func
@@ -372,7 +379,7 @@ def material(m: ti.i32, p: vec3, t: ti.f32):
     if m == M_FLOOR:
         w = 0.004 + 0.0012 * t
         line = ti.max(grid_line(p.x, w), grid_line(p.z, w)) * 0.8
-        albedo = vec3(FLOOR_BASE) + (vec3(FLOOR_LINE) - vec3(FLOOR_BASE)) * line
+        albedo = lerp(vec3(FLOOR_BASE), vec3(FLOOR_LINE), line)
         spec = 0.02
     elif m == M_TABLE:
         albedo = vec3(0.2, 0.11, 0.055)
@@ -425,7 +432,7 @@ def shade(p: vec3, rd: vec3, t: ti.f32, s: Scene):
     ndv = ti.math.clamp(-n.dot(rd), 0.0, 1.0)
     f1 = 1.0 - ndv
     f2 = f1 * f1
-    fresnel = spec + (1.0 - spec) * (f2 * f2 * f1)
+    fresnel = lerp(spec, 1.0, f2 * f2 * f1)
     sky_amount = 0.5 + 0.5 * n.y
     bounce = ti.math.clamp(0.5 - 0.5 * n.y, 0.0, 1.0)
     diffuse = vec3(KEY_COL) * (ndl * shadow) + vec3(SKY_ZENITH) * (1.3 * sky_amount * ao) \
@@ -446,7 +453,7 @@ def tone_map(c: vec3) -> vec3:
 def fog(colour: vec3, rd: vec3, t: ti.f32) -> vec3:
     k = t * 0.045
     f = 1.0 - 1.0 / (1.0 + k * k)
-    return colour + (sky(rd) - colour) * f
+    return lerp(colour, sky(rd), f)
 
 
 @ti.kernel
@@ -502,7 +509,7 @@ def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dt
             d_out = t
         if cover > 0.0:
             lit, n_lit = shade(ro + rd * t, rd, t, s)
-            colour = colour + (fog(lit, rd, t) - colour) * cover
+            colour = lerp(colour, fog(lit, rd, t), cover)
             if hit:
                 n = n_lit
         colour = tone_map(colour)
