@@ -3,8 +3,8 @@
 One frame (default t = 0.5, 2048x1024): `frame.png` (sRGB), `frame.npy` (linear float32
 RGB) and with `--aov all` also `depth.png`, `normals.png`, `steps.png` (march-step
 heatmap). `--frames N` renders N frames over t in [0, 1] into `frames/frame_0000.png`...
-and `animation.gif`, with a progress bar. Every output records nothing but pixels; the
-backend that ran is printed.
+and `animation.gif`, with a progress bar. The backend that actually ran is printed.
+Bad flags (sizes out of 1..16384 or beyond memory, t outside [0, 1]) are one-line errors.
 """
 from __future__ import annotations
 
