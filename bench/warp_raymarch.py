@@ -144,9 +144,13 @@ def closer(a: wp.vec2, b: wp.vec2):
 
 @wp.func
 def sd_table(p: wp.vec3):
-    top = sd_box(p - wp.vec3(0.0, float(rk.TABLE_TOP) - 0.025, 0.0), wp.vec3(1.94, 0.015, 0.59)) - 0.01
-    leg = sd_box(wp.vec3(wp.abs(p[0]) - 1.8, p[1] - 0.375, wp.abs(p[2]) - 0.48), wp.vec3(0.035, 0.375, 0.035)) - 0.008
-    return wp.min(top, leg)
+    res = wp.vec2(p[1] - float(rk.TABLE_TOP), M_BOUND)
+    if res[0] < BM:
+        top = sd_box(p - wp.vec3(0.0, float(rk.TABLE_TOP) - 0.025, 0.0), wp.vec3(1.94, 0.015, 0.59)) - 0.01
+        leg = sd_box(wp.vec3(wp.abs(p[0]) - 1.8, p[1] - 0.375, wp.abs(p[2]) - 0.48),
+                     wp.vec3(0.035, 0.375, 0.035)) - 0.008
+        res = wp.vec2(wp.min(top, leg), M_TABLE)
+    return res
 
 
 @wp.func
@@ -201,23 +205,25 @@ def sd_arm(p: wp.vec3, s: Scene):
     dx = p[0] - s.base[0]
     dz = p[2] - s.base[1]
     radial = wp.length(wp.vec2(dx, dz))
-    pedestal = extrude(radial - 0.25, p[1] - 0.3, 0.3) - 0.02
-    plate = extrude(radial - 0.4, p[1] - 0.02, 0.02)
-    res = wp.vec2(wp.min(pedestal, plate), M_PEDESTAL)
-    turret = extrude(radial - 0.2, p[1] - 0.72, 0.1) - 0.02
-    res = closer(res, wp.vec2(turret, M_PAINT))
     fwd = dx * s.base[3] + dz * s.base[2]
     lat = dx * s.base[2] - dz * s.base[3]
+    res = wp.vec2(extrude(radial - 0.42, p[1] - 0.52, 0.52), M_BOUND)
+    if res[0] < BM:
+        pedestal = extrude(radial - 0.25, p[1] - 0.3, 0.3) - 0.02
+        plate = extrude(radial - 0.4, p[1] - 0.02, 0.02)
+        res = wp.vec2(wp.min(pedestal, plate), M_PEDESTAL)
+        turret = extrude(radial - 0.2, p[1] - 0.72, 0.1) - 0.02
+        bracket = sd_box(wp.vec3(fwd, p[1] - 0.9, lat), wp.vec3(0.12, 0.08, 0.15)) - 0.03
+        res = closer(res, wp.vec2(wp.min(turret, bracket), M_PAINT))
     q = wp.vec2(fwd, p[1])
     tcp = s.wrist + s.tool * float(rk.TCP_OFFSET)
     bound = wp.max(wp.min(sd_segment2(q, s.shoulder, s.elbow),
                           wp.min(sd_segment2(q, s.elbow, s.wrist), sd_segment2(q, s.wrist, tcp))) - 0.2,
                    wp.abs(lat) - 0.32)
     if bound < BM:
-        bracket = sd_box(wp.vec3(fwd, p[1] - 0.9, lat), wp.vec3(0.12, 0.08, 0.15)) - 0.03
         upper = extrude(sd_segment2(q, s.shoulder, s.elbow) - 0.055, lat, 0.06) - 0.03
         fore = extrude(sd_segment2(q, s.elbow, s.wrist) - 0.04, lat, 0.045) - 0.025
-        res = closer(res, wp.vec2(wp.min(bracket, wp.min(upper, fore)), M_PAINT))
+        res = closer(res, wp.vec2(wp.min(upper, fore), M_PAINT))
         joints = wp.min(extrude(wp.length(q - s.shoulder) - 0.115, lat, 0.185) - 0.012,
                         wp.min(extrude(wp.length(q - s.elbow) - 0.09, lat, 0.105) - 0.01,
                                extrude(wp.length(q - s.wrist) - 0.06, lat, 0.075) - 0.01))
@@ -236,7 +242,7 @@ def sd_arm(p: wp.vec3, s: Scene):
 @wp.func
 def scene_sdf(p: wp.vec3, s: Scene):
     res = wp.vec2(p[1], M_FLOOR)
-    res = closer(res, wp.vec2(sd_table(p), M_TABLE))
+    res = closer(res, sd_table(p))
     res = closer(res, sd_tiles(p, s))
     res = closer(res, sd_arm(p, s))
     return res

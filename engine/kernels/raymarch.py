@@ -201,10 +201,13 @@ def closer(a: vec2, b: vec2) -> vec2:
 
 # ---------------------------------------------------------------- scene parts
 @ti.func
-def sd_table(p: vec3) -> ti.f32:
-    top = sd_box(p - vec3(0.0, TABLE_TOP - 0.025, 0.0), vec3(1.94, 0.015, 0.59)) - 0.01
-    leg = sd_box(vec3(ti.abs(p.x) - 1.8, p.y - 0.375, ti.abs(p.z) - 0.48), vec3(0.035, 0.375, 0.035)) - 0.008
-    return ti.min(top, leg)
+def sd_table(p: vec3) -> vec2:
+    res = vec2(p.y - TABLE_TOP, M_BOUND)  # nothing of the table is above its top
+    if res.x < BOUND_MARGIN:
+        top = sd_box(p - vec3(0.0, TABLE_TOP - 0.025, 0.0), vec3(1.94, 0.015, 0.59)) - 0.01
+        leg = sd_box(vec3(ti.abs(p.x) - 1.8, p.y - 0.375, ti.abs(p.z) - 0.48), vec3(0.035, 0.375, 0.035)) - 0.008
+        res = vec2(ti.min(top, leg), M_TABLE)
+    return res
 
 
 @ti.func
@@ -252,27 +255,33 @@ def sd_tiles(p: vec3, s: Scene) -> vec2:
 
 @ti.func
 def sd_arm(p: vec3, s: Scene) -> vec2:
-    """Pedestal, turret and the planar arm, evaluated in the arm's plane coordinates."""
+    """Pedestal, turret, shoulder bracket and the planar arm, in the arm plane's coordinates.
+
+    Two groups, each behind its own bound: the base (a cylinder of radius 0.42 up to 1.04 m
+    around the base axis) and the moving links (0.2 m around the polyline shoulder, elbow,
+    wrist, tool centre, within 0.32 m of the arm plane)."""
     dx = p.x - s.base.x
     dz = p.z - s.base.y
     radial = vec2(dx, dz).norm()
-    pedestal = extrude(radial - 0.25, p.y - 0.3, 0.3) - 0.02
-    plate = extrude(radial - 0.4, p.y - 0.02, 0.02)
-    res = vec2(ti.min(pedestal, plate), M_PEDESTAL)
-    turret = extrude(radial - 0.2, p.y - 0.72, 0.1) - 0.02
-    res = closer(res, vec2(turret, M_PAINT))
     fwd = dx * s.base.w + dz * s.base.z  # forward = (sin yaw, cos yaw) in xz
     lat = dx * s.base.z - dz * s.base.w
+    res = vec2(extrude(radial - 0.42, p.y - 0.52, 0.52), M_BOUND)
+    if res.x < BOUND_MARGIN:
+        pedestal = extrude(radial - 0.25, p.y - 0.3, 0.3) - 0.02
+        plate = extrude(radial - 0.4, p.y - 0.02, 0.02)
+        res = vec2(ti.min(pedestal, plate), M_PEDESTAL)
+        turret = extrude(radial - 0.2, p.y - 0.72, 0.1) - 0.02
+        bracket = sd_box(vec3(fwd, p.y - 0.9, lat), vec3(0.12, 0.08, 0.15)) - 0.03
+        res = closer(res, vec2(ti.min(turret, bracket), M_PAINT))
     q = vec2(fwd, p.y)
     tcp = s.wrist + s.tool * TCP_OFFSET
     bound = ti.max(ti.min(sd_segment2(q, s.shoulder, s.elbow),
                           ti.min(sd_segment2(q, s.elbow, s.wrist), sd_segment2(q, s.wrist, tcp))) - 0.2,
                    ti.abs(lat) - 0.32)
     if bound < BOUND_MARGIN:
-        bracket = sd_box(vec3(fwd, p.y - 0.9, lat), vec3(0.12, 0.08, 0.15)) - 0.03
         upper = extrude(sd_segment2(q, s.shoulder, s.elbow) - 0.055, lat, 0.06) - 0.03
         fore = extrude(sd_segment2(q, s.elbow, s.wrist) - 0.04, lat, 0.045) - 0.025
-        res = closer(res, vec2(ti.min(bracket, ti.min(upper, fore)), M_PAINT))
+        res = closer(res, vec2(ti.min(upper, fore), M_PAINT))
         joints = ti.min(extrude((q - s.shoulder).norm() - 0.115, lat, 0.185) - 0.012,
                         ti.min(extrude((q - s.elbow).norm() - 0.09, lat, 0.105) - 0.01,
                                extrude((q - s.wrist).norm() - 0.06, lat, 0.075) - 0.01))
@@ -292,7 +301,7 @@ def sd_arm(p: vec3, s: Scene) -> vec2:
 def scene_sdf(p: vec3, s: Scene) -> vec2:
     """(distance, material) of the whole scene at p."""
     res = vec2(p.y, M_FLOOR)
-    res = closer(res, vec2(sd_table(p), M_TABLE))
+    res = closer(res, sd_table(p))
     res = closer(res, sd_tiles(p, s))
     res = closer(res, sd_arm(p, s))
     return res
