@@ -144,7 +144,7 @@ def closer(a: wp.vec2, b: wp.vec2):
 
 @wp.func
 def sd_table(p: wp.vec3):
-    res = wp.vec2(p[1] - float(rk.TABLE_TOP), M_BOUND)
+    res = wp.vec2(wp.max(p[1] - float(rk.TABLE_TOP), wp.max(wp.abs(p[0]) - 1.95, wp.abs(p[2]) - 0.6)), M_BOUND)
     if res[0] < BM:
         top = sd_box(p - wp.vec3(0.0, float(rk.TABLE_TOP) - 0.025, 0.0), wp.vec3(1.94, 0.015, 0.59)) - 0.01
         leg = sd_box(wp.vec3(wp.abs(p[0]) - 1.8, p[1] - 0.375, wp.abs(p[2]) - 0.48),

@@ -202,7 +202,8 @@ def closer(a: vec2, b: vec2) -> vec2:
 # ---------------------------------------------------------------- scene parts
 @ti.func
 def sd_table(p: vec3) -> vec2:
-    res = vec2(p.y - TABLE_TOP, M_BOUND)  # nothing of the table is above its top
+    # a cheap lower bound: the largest separation along one axis from the table's box
+    res = vec2(ti.max(p.y - TABLE_TOP, ti.max(ti.abs(p.x) - 1.95, ti.abs(p.z) - 0.6)), M_BOUND)
     if res.x < BOUND_MARGIN:
         top = sd_box(p - vec3(0.0, TABLE_TOP - 0.025, 0.0), vec3(1.94, 0.015, 0.59)) - 0.01
         leg = sd_box(vec3(ti.abs(p.x) - 1.8, p.y - 0.375, ti.abs(p.z) - 0.48), vec3(0.035, 0.375, 0.035)) - 0.008
