@@ -24,6 +24,10 @@ TOP_C, TOP_S = (float(v) for v in rk._S_TOP_ROT)
 BOT_C, BOT_S = (float(v) for v in rk._S_BOT_ROT)
 STROKE = float(rk.STROKE)
 BM = float(rk.BOUND_MARGIN)
+NEAR_TABLE_X, NEAR_TABLE_Y, NEAR_TABLE_Z = (float(v) for v in rk.NEAR_TABLE)
+NEAR_MOVING = float(rk.NEAR_MOVING)
+NEAR_BASE_R, NEAR_BASE_Y = (float(v) for v in rk.NEAR_BASE)
+NEAR_LINKS_D, NEAR_LINKS_LAT = (float(v) for v in rk.NEAR_LINKS)
 M_SKY, M_FLOOR, M_TABLE, M_TILE, M_LETTER = (float(v) for v in (rk.M_SKY, rk.M_FLOOR, rk.M_TABLE, rk.M_TILE,
                                                                    rk.M_LETTER))
 M_PAINT, M_JOINT, M_STEEL, M_PEDESTAL, M_BOUND = (float(v) for v in (rk.M_PAINT, rk.M_JOINT, rk.M_STEEL,
@@ -145,7 +149,7 @@ def closer(a: wp.vec2, b: wp.vec2):
 @wp.func
 def sd_table(p: wp.vec3):
     res = wp.vec2(wp.max(p[1] - float(rk.TABLE_TOP), wp.max(wp.abs(p[0]) - 1.95, wp.abs(p[2]) - 0.6)), M_BOUND)
-    if res[0] < BM:
+    if p[1] < NEAR_TABLE_Y and wp.abs(p[0]) < NEAR_TABLE_X and wp.abs(p[2]) < NEAR_TABLE_Z:
         top = sd_box(p - wp.vec3(0.0, float(rk.TABLE_TOP) - 0.025, 0.0), wp.vec3(1.94, 0.015, 0.59)) - 0.01
         leg = sd_box(wp.vec3(wp.abs(p[0]) - 1.8, p[1] - 0.375, wp.abs(p[2]) - 0.48),
                      wp.vec3(0.035, 0.375, 0.035)) - 0.008
@@ -177,24 +181,27 @@ def slot_glyph(i: int):
 def sd_tiles(p: wp.vec3, s: Scene):
     row_bound = sd_box(p - wp.vec3(0.0, float(rk.TILE_Y), float(rk.ROW_Z)), wp.vec3(1.72, 0.25, 0.06))
     rel = p - s.tile_pos
-    moving_bound = wp.length(rel) - 0.32
+    moving_dist = wp.length(rel)
+    moving_bound = moving_dist - 0.32
+    near_row = row_bound < BM
+    near_moving = moving_dist < NEAR_MOVING
     res = wp.vec2(wp.min(row_bound, moving_bound), M_BOUND)
-    if res[0] < BM:
+    if near_row or near_moving:
         res = wp.vec2(1.0e9, M_BOUND)
-        if row_bound >= BM:
+        if not near_row:
             res = wp.vec2(row_bound, M_BOUND)
-        if moving_bound >= BM:
+        if not near_moving:
             res = closer(res, wp.vec2(moving_bound, M_BOUND))
         i0 = int(wp.floor((p[0] - float(rk.SLOT_X0)) / float(rk.SLOT_SPACING)))
         for k in range(3):
             i = i0 + k
             u = p - wp.vec3(float(rk.SLOT_X0) + float(rk.SLOT_SPACING) * float(i), float(rk.TILE_Y), float(rk.ROW_Z))
             g = slot_glyph(i)
-            usable = row_bound < BM and i >= 0 and i < rk.N_SLOTS and i != rk.MOVING_SLOT and k < 2
+            usable = near_row and i >= 0 and i < rk.N_SLOTS and i != rk.MOVING_SLOT and k < 2
             if k == 2:
                 u = s.tile_rot * rel
                 g = G_MOVING
-                usable = moving_bound < BM
+                usable = near_moving
             if usable:
                 res = closer(res, sd_tile(u, g))
     return res
@@ -208,7 +215,7 @@ def sd_arm(p: wp.vec3, s: Scene):
     fwd = dx * s.base[3] + dz * s.base[2]
     lat = dx * s.base[2] - dz * s.base[3]
     res = wp.vec2(extrude(radial - 0.42, p[1] - 0.52, 0.52), M_BOUND)
-    if res[0] < BM:
+    if radial < NEAR_BASE_R and p[1] < NEAR_BASE_Y:
         pedestal = extrude(radial - 0.25, p[1] - 0.3, 0.3) - 0.02
         plate = extrude(radial - 0.4, p[1] - 0.02, 0.02)
         res = wp.vec2(wp.min(pedestal, plate), M_PEDESTAL)
@@ -217,10 +224,10 @@ def sd_arm(p: wp.vec3, s: Scene):
         res = closer(res, wp.vec2(wp.min(turret, bracket), M_PAINT))
     q = wp.vec2(fwd, p[1])
     tcp = s.wrist + s.tool * float(rk.TCP_OFFSET)
-    bound = wp.max(wp.min(sd_segment2(q, s.shoulder, s.elbow),
-                          wp.min(sd_segment2(q, s.elbow, s.wrist), sd_segment2(q, s.wrist, tcp))) - 0.2,
-                   wp.abs(lat) - 0.32)
-    if bound < BM:
+    to_links = wp.min(sd_segment2(q, s.shoulder, s.elbow),
+                      wp.min(sd_segment2(q, s.elbow, s.wrist), sd_segment2(q, s.wrist, tcp)))
+    bound = wp.max(to_links - 0.2, wp.abs(lat) - 0.32)
+    if to_links < NEAR_LINKS_D and wp.abs(lat) < NEAR_LINKS_LAT:
         upper = extrude(sd_segment2(q, s.shoulder, s.elbow) - 0.055, lat, 0.06) - 0.03
         fore = extrude(sd_segment2(q, s.elbow, s.wrist) - 0.04, lat, 0.045) - 0.025
         res = closer(res, wp.vec2(wp.min(upper, fore), M_PAINT))

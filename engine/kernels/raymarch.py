@@ -72,6 +72,13 @@ M_SKY, M_FLOOR, M_TABLE, M_TILE, M_LETTER, M_PAINT, M_JOINT, M_STEEL, M_PEDESTAL
 # skips their detailed SDF). It exceeds the ambient-occlusion reach, and soft shadows skip
 # bounds (a bound's distance would cast a blurred shadow of the bounding volume itself).
 BOUND_MARGIN = 0.2
+# Each near/far decision compares a raw quantity with a constant folded here in Python:
+# NIR rewrites `x - c1 < c2` into `x < c2 + c1` (rounded differently), so a test on a bound's
+# value can flip between backends and change a ray's step sequence.
+NEAR_TABLE = (1.95 + BOUND_MARGIN, TABLE_TOP + BOUND_MARGIN, 0.6 + BOUND_MARGIN)  # |x|, y, |z|
+NEAR_MOVING = 0.32 + BOUND_MARGIN  # from the moving tile's centre
+NEAR_BASE = (0.42 + BOUND_MARGIN, 1.04 + BOUND_MARGIN)  # radius, height
+NEAR_LINKS = (0.2 + BOUND_MARGIN, 0.32 + BOUND_MARGIN)  # from the link polyline, from the arm plane
 
 # S glyph: two 240-degree arcs (iq's sdArc: symmetric about +y, gap around -y),
 # rotated so the upper bowl opens to the lower right and the lower bowl to the upper left.
@@ -204,7 +211,7 @@ def closer(a: vec2, b: vec2) -> vec2:
 def sd_table(p: vec3) -> vec2:
     # a cheap lower bound: the largest separation along one axis from the table's box
     res = vec2(ti.max(p.y - TABLE_TOP, ti.max(ti.abs(p.x) - 1.95, ti.abs(p.z) - 0.6)), M_BOUND)
-    if res.x < BOUND_MARGIN:
+    if p.y < NEAR_TABLE[1] and ti.abs(p.x) < NEAR_TABLE[0] and ti.abs(p.z) < NEAR_TABLE[2]:
         top = sd_box(p - vec3(0.0, TABLE_TOP - 0.025, 0.0), vec3(1.94, 0.015, 0.59)) - 0.01
         leg = sd_box(vec3(ti.abs(p.x) - 1.8, p.y - 0.375, ti.abs(p.z) - 0.48), vec3(0.035, 0.375, 0.035)) - 0.008
         res = vec2(ti.min(top, leg), M_TABLE)
@@ -230,25 +237,28 @@ def sd_tiles(p: vec3, s: Scene) -> vec2:
     """
     row_bound = sd_box(p - vec3(0.0, TILE_Y, ROW_Z), vec3(1.72, 0.25, 0.06))
     rel = p - s.tile_pos
-    moving_bound = rel.norm() - 0.32
+    moving_dist = rel.norm()
+    moving_bound = moving_dist - 0.32
+    near_row = row_bound < BOUND_MARGIN
+    near_moving = moving_dist < NEAR_MOVING
     res = vec2(ti.min(row_bound, moving_bound), M_BOUND)
-    if res.x < BOUND_MARGIN:
+    if near_row or near_moving:
         # each group is either evaluated exactly or stands in with its bound
         res = vec2(1e9, M_BOUND)
-        if row_bound >= BOUND_MARGIN:
+        if not near_row:
             res = vec2(row_bound, M_BOUND)
-        if moving_bound >= BOUND_MARGIN:
+        if not near_moving:
             res = closer(res, vec2(moving_bound, M_BOUND))
         i0 = ti.cast(ti.floor((p.x - SLOT_X0) / SLOT_SPACING), ti.i32)
         for k in range(3):  # a dynamic loop: one inlined copy of the tile SDF, not three
             i = i0 + k
             u = p - vec3(SLOT_X0 + SLOT_SPACING * ti.cast(i, ti.f32), TILE_Y, ROW_Z)
             g = slot_glyph(i)
-            usable = row_bound < BOUND_MARGIN and 0 <= i < N_SLOTS and i != MOVING_SLOT and k < 2
+            usable = near_row and 0 <= i < N_SLOTS and i != MOVING_SLOT and k < 2
             if k == 2:
                 u = s.tile_rot @ rel
                 g = SLOT_GLYPHS[MOVING_SLOT]
-                usable = moving_bound < BOUND_MARGIN
+                usable = near_moving
             if usable:
                 res = closer(res, sd_tile(u, g))
     return res
@@ -267,7 +277,7 @@ def sd_arm(p: vec3, s: Scene) -> vec2:
     fwd = dx * s.base.w + dz * s.base.z  # forward = (sin yaw, cos yaw) in xz
     lat = dx * s.base.z - dz * s.base.w
     res = vec2(extrude(radial - 0.42, p.y - 0.52, 0.52), M_BOUND)
-    if res.x < BOUND_MARGIN:
+    if radial < NEAR_BASE[0] and p.y < NEAR_BASE[1]:
         pedestal = extrude(radial - 0.25, p.y - 0.3, 0.3) - 0.02
         plate = extrude(radial - 0.4, p.y - 0.02, 0.02)
         res = vec2(ti.min(pedestal, plate), M_PEDESTAL)
@@ -276,10 +286,10 @@ def sd_arm(p: vec3, s: Scene) -> vec2:
         res = closer(res, vec2(ti.min(turret, bracket), M_PAINT))
     q = vec2(fwd, p.y)
     tcp = s.wrist + s.tool * TCP_OFFSET
-    bound = ti.max(ti.min(sd_segment2(q, s.shoulder, s.elbow),
-                          ti.min(sd_segment2(q, s.elbow, s.wrist), sd_segment2(q, s.wrist, tcp))) - 0.2,
-                   ti.abs(lat) - 0.32)
-    if bound < BOUND_MARGIN:
+    to_links = ti.min(sd_segment2(q, s.shoulder, s.elbow),
+                      ti.min(sd_segment2(q, s.elbow, s.wrist), sd_segment2(q, s.wrist, tcp)))
+    bound = ti.max(to_links - 0.2, ti.abs(lat) - 0.32)
+    if to_links < NEAR_LINKS[0] and ti.abs(lat) < NEAR_LINKS[1]:
         upper = extrude(sd_segment2(q, s.shoulder, s.elbow) - 0.055, lat, 0.06) - 0.03
         fore = extrude(sd_segment2(q, s.elbow, s.wrist) - 0.04, lat, 0.045) - 0.025
         res = closer(res, vec2(ti.min(upper, fore), M_PAINT))
