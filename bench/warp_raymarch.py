@@ -424,17 +424,23 @@ def render(prm: wp.array(dtype=float), width: int, height: int, rgb: wp.array(dt
     hit = int(0)
     near_ratio = float(1.0e9)
     near_t = float(0.0)
+    refined = int(0)
     for i in range(rk.MAX_STEPS):
         res = scene_sdf(ro + rd * t, s)
-        if res[0] < float(rk.HIT_EPS) * t:
+        if hit == 1:
+            refined = refined + 1
+        elif res[0] < float(rk.HIT_EPS) * t:
             hit = 1
-            break
-        ratio = res[0] / (pixel * t + 1.0e-6)
-        if ratio < near_ratio:
-            near_ratio = ratio
-            near_t = t
+            refined = 1
+        else:
+            ratio = res[0] / (pixel * t + 1.0e-6)
+            if ratio < near_ratio:
+                near_ratio = ratio
+                near_t = t
         t = t + res[0]
-        if t > float(rk.T_MAX) or (rd[1] > 0.0 and ro[1] + rd[1] * t > float(rk.SCENE_TOP)):
+        if refined == rk.REFINE_STEPS:
+            break
+        if hit == 0 and (t > float(rk.T_MAX) or (rd[1] > 0.0 and ro[1] + rd[1] * t > float(rk.SCENE_TOP))):
             break
     colour = sky(rd)
     cover = float(1.0)

@@ -64,6 +64,10 @@ MAX_STEPS = 160
 SHADOW_STEPS = 48
 T_MAX = 30.0
 HIT_EPS = 2e-4  # hit when distance < HIT_EPS * t
+# Steps taken after the hit test passes. The test can pass one step earlier on one backend
+# than on the other (a last-bit difference in distance); these steps converge both onto the
+# surface, so the shaded point no longer depends on which step stopped the march.
+REFINE_STEPS = 3
 SCENE_TOP = 2.5  # no geometry above this height (the arm's highest joint stays below 2.2)
 
 # materials; M_BOUND marks a distance to a bounding volume, not to a surface
@@ -503,18 +507,24 @@ def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dt
         n_steps = 0
         near_ratio = 1e9
         near_t = 0.0
+        refined = 0
         for i in range(MAX_STEPS):
             n_steps = i + 1
             res = scene_sdf(ro + rd * t, s)
-            if res.x < HIT_EPS * t:
+            if hit:
+                refined += 1
+            elif res.x < HIT_EPS * t:
                 hit = True
-                break
-            ratio = res.x / (pixel * t + 1e-6)
-            if ratio < near_ratio:
-                near_ratio = ratio
-                near_t = t
+                refined = 1
+            else:
+                ratio = res.x / (pixel * t + 1e-6)
+                if ratio < near_ratio:
+                    near_ratio = ratio
+                    near_t = t
             t += res.x
-            if t > T_MAX or (rd.y > 0.0 and ro.y + rd.y * t > SCENE_TOP):  # nothing more to hit
+            if refined == REFINE_STEPS:
+                break
+            if not hit and (t > T_MAX or (rd.y > 0.0 and ro.y + rd.y * t > SCENE_TOP)):  # nothing more to hit
                 break
         # shade the hit, or the surface a near miss grazed (blended by the share of the pixel
         # it covers): one shading call site keeps the kernel small
