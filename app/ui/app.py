@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -24,6 +25,7 @@ from engine.errors import UserError
 
 WINDOW_TITLES = {"raymarch": "Ray march", "fit": "Shape fit", "parity": "Parity", "tape": "Tape"}
 WARM_TIMEOUT_S = 600.0  # --frames gives up waiting for live content after this long and shoots anyway
+WARM_REPORT_S = 60.0  # meanwhile it says what it waits for this often
 
 
 @dataclass
@@ -56,15 +58,24 @@ def parse_size(text: str) -> tuple[int, int]:
     return width, height
 
 
+def warm_blockers(state) -> list[str]:
+    """What the panels still wait for before they show live content ([] once warm)."""
+    if state.primary_status.startswith("unavailable"):
+        return []
+    blockers = []
+    if not (state.raymarch.image_is_full or state.raymarch.error):
+        blockers.append("a full-quality ray-march frame")
+    if not (state.fit.ready or state.fit.error):
+        blockers.append("the shape fit's set-up")
+    if not (state.parity.share_within is not None or state.parity.status.startswith("unavailable")
+            or state.parity.error or state.raymarch.error):
+        blockers.append(f"the first parity comparison (parity worker: {state.parity.status})")
+    return blockers
+
+
 def is_warm(state) -> bool:
     """True once every panel shows live content (see the module docstring)."""
-    if state.primary_status.startswith("unavailable"):
-        return True
-    frame_settled = state.raymarch.image_is_full or bool(state.raymarch.error)
-    fit_settled = state.fit.ready or bool(state.fit.error)
-    parity_settled = (state.parity.share_within is not None or state.parity.status.startswith("unavailable")
-                      or bool(state.raymarch.error))
-    return frame_settled and fit_settled and parity_settled
+    return not warm_blockers(state)
 
 
 def _docking(panel: str | None):
@@ -146,6 +157,7 @@ class _FrameClock:
         self.last = self.started = time.perf_counter()
         self.warm_frame: int | None = None
         self.warm_at = 0.0
+        self.next_report_s = WARM_REPORT_S
 
     def tick(self) -> float:
         now = time.perf_counter()
@@ -153,8 +165,14 @@ class _FrameClock:
         return dt
 
     def mark_warm(self, state) -> None:
-        if self.warm_frame is None and (is_warm(state) or self.last - self.started > WARM_TIMEOUT_S):
+        if self.warm_frame is not None:
+            return
+        waited = self.last - self.started
+        if is_warm(state) or waited > WARM_TIMEOUT_S:
             self.warm_frame, self.warm_at = state.frame, self.last
+        elif waited > self.next_report_s:  # say what a long start-up waits for (first runs compile for minutes)
+            self.next_report_s += WARM_REPORT_S
+            print(f"still waiting after {waited:.0f} s for: {'; '.join(warm_blockers(state))}", file=sys.stderr)
 
 
 def run_app(options: AppOptions) -> AppRun:

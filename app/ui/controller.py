@@ -24,6 +24,7 @@ import numpy as np
 
 from app.ui.links import Answer, Request, WorkerLink
 from app.ui.panels.parity import summarise
+from app.ui.panels.shape_fit import reset_command
 from app.ui.state import AppState, Command
 from engine.parity import compare
 
@@ -62,8 +63,7 @@ class Controller:
     def start(self, state: AppState) -> None:
         self.primary.start()
         self.parity.start()
-        state.commands.append(Command("fit_reset", {"target": state.fit.target, "subdiv": state.fit.subdiv,
-                                                    "lr": state.fit.lr, "smooth": state.fit.smooth}))
+        state.commands.append(reset_command(state))
 
     def close(self) -> None:
         self.primary.close()
@@ -111,8 +111,12 @@ class Controller:
         name = answer.request.name.rsplit(":", 1)[-1]
         if name == "render_frame":
             self._compiling.discard("ray march")
-        elif name.startswith("fit_"):
+        elif name == "fit_reset":
             self._compiling.discard("shape fit")
+            if not state.fit.iteration:
+                self._compiling.add("shape-fit step")  # the optimiser's kernels compile on the first step
+        elif name == "fit_run":
+            self._compiling.discard("shape-fit step")
         if answer.outputs is None:
             message = user_message(answer.error)
             if name == "render_frame":
@@ -169,11 +173,12 @@ class Controller:
     def _parity_answer(self, state: AppState, answer: Answer) -> None:
         view = state.parity
         if answer.outputs is None:
-            failed = f"comparison failed: {user_message(answer.error)}"
+            failed = f"parity comparison failed: {user_message(answer.error)}"
             if answer.request.slot == "grad":
                 view.grad_summary = failed
             else:
-                view.what = failed
+                view.error = failed
+            state.error(failed)
             return
         if answer.request.slot == "grad":
             report = answer.extra["report"]
@@ -183,6 +188,7 @@ class Controller:
             return
         report = answer.extra["report"]
         inputs = answer.request.inputs
+        view.error = ""
         view.what = f"ray-march frame t={inputs['t']:.3f}, {inputs['width']}x{inputs['height']}, {report.count:,} values"
         view.share_within, view.max_abs_err = report.share_within, report.max_abs_err
         y, x, channel = report.worst_index

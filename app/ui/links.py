@@ -15,9 +15,11 @@ just before it spawns the worker; the UI thread keeps its own.
 
 Requests go into named slots. In a replacing slot the newest request wins (a frame
 for an old camera angle is never rendered); a queueing slot keeps every request in
-order (Reset, then Step). Slots are served in `priorities` order; when all are empty
-the link runs `idle_request` if one is set (the running fit's next batch). Answers
-land on `answers`, which the controller drains on the UI thread.
+order (Reset, then Step). Queueing slots go first, then the replacing slots in
+`priorities` order; the link runs `idle_request` (the running fit's next batch) when
+nothing waits, and also every other turn while only replacing slots wait, so a
+playing timeline (a new frame request every frame) cannot starve a running fit.
+Answers land on `answers`, which the controller drains on the UI thread.
 """
 from __future__ import annotations
 
@@ -68,6 +70,7 @@ class WorkerLink:
         self._post = post
         self._wake = threading.Condition()
         self._stop = False
+        self._idle_turn = False  # True: the idle request goes before replacing slots next time
         self._worker: BackendWorker | None = None
         self._thread = threading.Thread(target=self._run, name=f"link-{arch}", daemon=True)
 
@@ -95,11 +98,15 @@ class WorkerLink:
     def _next(self) -> Request | None:
         with self._wake:
             while not self._stop:
-                for slot in self._priorities:
-                    if self._slots[slot]:
+                idle = self.idle_request
+                order = sorted(self._priorities, key=lambda slot: slot not in self._queued)  # stable: queued first
+                for slot in order:
+                    if self._slots[slot] and not (idle is not None and self._idle_turn and slot not in self._queued):
+                        self._idle_turn = idle is not None
                         return self._slots[slot].popleft()
-                if self.idle_request is not None:
-                    return self.idle_request
+                if idle is not None:
+                    self._idle_turn = False
+                    return idle
                 self._wake.wait(0.5)
             return None
 

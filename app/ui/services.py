@@ -36,15 +36,18 @@ def render_frame(t: float, yaw: float, pitch: float, distance: float, width: int
     return frame
 
 
-def fit_reset(target: str, subdiv: int, lr: float, smooth: float) -> dict:
-    """Start a new fit of an icosphere to `target` (a built-in name or a mesh file path)."""
+def fit_reset(target: str, subdiv: int, lr: float, smooth: float, smooth_end: float, schedule_iters: int) -> dict:
+    """Start a new fit of an icosphere to `target` (a built-in name or a mesh file path).
+
+    The Laplacian step falls linearly from `smooth` to `smooth_end` over `schedule_iters`."""
     global _fit
     from app.scenes.shape_fit import ShapeFit
 
     if _fit is not None:
         _fit.destroy()  # free its fields before allocating the next fit's
     _fit = None  # a failed reset leaves no half-built fit behind
-    fit = ShapeFit(str(target), subdiv=int(subdiv), lr=float(lr), smooth=float(smooth), profile=True)
+    fit = ShapeFit(str(target), subdiv=int(subdiv), lr=float(lr), smooth=float(smooth), profile=True,
+                   smooth_end=float(smooth_end), schedule_iters=int(schedule_iters))
     _fit = fit
     return {**_snapshot(fit, []), "faces": np.asarray(fit.faces, dtype=np.int32),
             "target_vertices": np.asarray(fit.target.vertices, dtype=np.float32),
@@ -52,16 +55,14 @@ def fit_reset(target: str, subdiv: int, lr: float, smooth: float) -> dict:
 
 
 def fit_run(max_steps: int, budget_s: float, until: int = 2**31) -> dict:
-    """Step the fit once, then on until `max_steps` steps, `budget_s` seconds or iteration `until`."""
+    """Step the fit until `max_steps` steps, iteration `until`, or (after one step) `budget_s` seconds."""
     if _fit is None:
         raise RuntimeError("no fit: reset first")
     started = time.perf_counter()
     losses = []
-    while True:
+    while (len(losses) < int(max_steps) and _fit.iteration < int(until)
+           and not (losses and time.perf_counter() - started >= float(budget_s))):
         losses.append(float(_fit.step()))
-        if (len(losses) >= int(max_steps) or _fit.iteration >= int(until)
-                or time.perf_counter() - started >= float(budget_s)):
-            break
     return {**_snapshot(_fit, losses), "seconds": np.float64(time.perf_counter() - started)}
 
 

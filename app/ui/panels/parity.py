@@ -42,6 +42,8 @@ def draw(state: AppState, gfx: Gfx) -> None:
     if imgui.small_button("compare gradients"):
         state.commands.append(Command("parity_grad"))
     imgui.end_disabled()
+    if view.error:
+        imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), view.error)
     if view.share_within is None:
         imgui.text_disabled(view.what or "no comparison yet: the first full-quality frame is compared automatically")
         return

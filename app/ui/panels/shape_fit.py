@@ -26,7 +26,8 @@ _dialog = None  # the open portable_file_dialogs.open_file, polled each frame un
 
 def reset_command(state: AppState) -> Command:
     fit = state.fit
-    return Command("fit_reset", {"target": fit.target, "subdiv": fit.subdiv, "lr": fit.lr, "smooth": fit.smooth})
+    return Command("fit_reset", {"target": fit.target, "subdiv": fit.subdiv, "lr": fit.lr, "smooth": fit.smooth,
+                                 "smooth_end": fit.smooth_end, "schedule_iters": fit.max_iterations})
 
 
 def draw(state: AppState, gfx: Gfx) -> None:
@@ -45,24 +46,30 @@ def _settings(state: AppState) -> None:
     fit = state.fit
     changed = False
     label = fit.target if fit.target in FIT_TARGETS else os.path.basename(fit.target)
-    imgui.set_next_item_width(imgui.get_font_size() * 7)
+    imgui.set_next_item_width(imgui.get_font_size() * 6)
     if imgui.begin_combo("target", label):
         for name in FIT_TARGETS:
             if imgui.selectable(name, name == fit.target)[0] and name != fit.target:
                 fit.target, changed = name, True
         imgui.end_combo()
     imgui.same_line()
-    imgui.set_next_item_width(imgui.get_font_size() * 5)
+    imgui.set_next_item_width(imgui.get_font_size() * 3.5)
     c, fit.subdiv = imgui.slider_int("subdiv", fit.subdiv, 0, MAX_SUBDIV)
     changed |= c
     imgui.same_line()
-    imgui.set_next_item_width(imgui.get_font_size() * 5)
-    c, fit.lr = imgui.input_float("lr", fit.lr, 0.0, 0.0, "%.4f")
+    imgui.set_next_item_width(imgui.get_font_size() * 3.5)
+    c, fit.lr = imgui.input_float("lr", fit.lr, 0.0, 0.0, "%.3f")
     changed |= c and fit.lr > 0.0
     imgui.same_line()
-    imgui.set_next_item_width(-imgui.get_font_size() * 5)
-    c, fit.smooth = imgui.slider_float("smoothing", fit.smooth, 0.0, 1.0, "%.2f")
+    imgui.set_next_item_width(imgui.get_font_size() * 4)
+    c, fit.smooth = imgui.slider_float("##smooth", fit.smooth, 0.0, 1.0, "%.2f")
     changed |= c
+    imgui.same_line()
+    imgui.set_next_item_width(imgui.get_font_size() * 4)
+    c, fit.smooth_end = imgui.slider_float("smoothing", fit.smooth_end, 0.0, 1.0, "-> %.2f")
+    changed |= c
+    imgui.set_item_tooltip("Laplacian shrink-wrap step size: falls linearly from the first value to the second over "
+                           f"{fit.max_iterations} iterations")
     imgui.set_next_item_width(-imgui.get_font_size() * 9)
     _, fit.path_input = imgui.input_text_with_hint("##mesh_path", "mesh file (.obj .ply .stl .off .glb)", fit.path_input)
     imgui.same_line()
@@ -99,8 +106,11 @@ def _controls(state: AppState) -> None:
     fit = state.fit
     imgui.begin_disabled(not fit.ready)
     width = imgui.ImVec2(imgui.get_font_size() * 4, 0)
+    done = fit.iteration >= fit.max_iterations
+    imgui.begin_disabled(done and not fit.running)
     if imgui.button("Pause" if fit.running else "Start", width):
         fit.running = not fit.running
+    imgui.end_disabled()
     imgui.same_line()
     if imgui.button("Step", width):
         fit.running = False
@@ -116,7 +126,6 @@ def _controls(state: AppState) -> None:
     if imgui.button("Export"):
         state.commands.append(Command("fit_export", {"path": os.path.abspath(fit.export_path)}))
     imgui.end_disabled()
-    imgui.same_line()
     imgui.text_disabled(_progress_caption(state))
 
 
@@ -127,6 +136,8 @@ def _progress_caption(state: AppState) -> str:
     if not fit.ready:
         return "waiting for the backend"
     loss = f" | loss {fit.losses[-1]:.3e}" if fit.losses else ""
+    if fit.iteration >= fit.max_iterations:
+        loss += f" | done ({fit.max_iterations} iterations): Reset to start over"
     speed = f" | {fit.iterations_per_s:.1f} it/s" if state.show_timings and fit.running else ""
     exported = f" | wrote {os.path.basename(fit.exported)}" if fit.exported else ""
     return f"iteration {fit.iteration}{loss}{speed}{exported}"

@@ -56,10 +56,12 @@ def _bars(state: AppState, size: imgui.ImVec2) -> None:
         return
     count = len(tape.names)
     rows = np.arange(count, dtype=np.float64)
-    implot.setup_axes("ms", "", implot.AxisFlags_.auto_fit, implot.AxisFlags_.auto_fit | implot.AxisFlags_.invert)
-    implot.setup_axis_ticks(implot.ImAxis_.y1, list(rows), [name[:18] for name in tape.names])
+    implot.setup_axes("ms", "launch #", implot.AxisFlags_.auto_fit, implot.AxisFlags_.invert)
+    implot.setup_axis_limits(implot.ImAxis_.y1, -0.6, count - 0.4, implot.Cond_.always)
+    implot.setup_axis_ticks(implot.ImAxis_.y1, list(rows), [str(index) for index in range(count)])
+    implot.setup_legend(implot.Location_.south_east)
     horizontal = implot.Spec()
     horizontal.flags = implot.BarsFlags_.horizontal
-    implot.plot_bars("forward", rows - 0.2, np.asarray(tape.forward_ms, np.float64), 0.4, horizontal)
-    implot.plot_bars("backward", rows + 0.2, np.asarray(tape.backward_ms, np.float64), 0.4, horizontal)
+    implot.plot_bars("forward", np.asarray(tape.forward_ms, np.float64), 0.4, -0.2, horizontal)
+    implot.plot_bars("backward", np.asarray(tape.backward_ms, np.float64), 0.4, 0.2, horizontal)
     implot.end_plot()
