@@ -138,6 +138,7 @@ class AppRun:
     state: object  # app.ui.state.AppState
     warm_frames: int = 0  # frames drawn after the panels had live content
     warm_seconds: float = 0.0
+    warm_fit_iterations: int = 0  # fit iterations done meanwhile
 
     @property
     def fps(self) -> float:
@@ -157,6 +158,7 @@ class _FrameClock:
         self.last = self.started = time.perf_counter()
         self.warm_frame: int | None = None
         self.warm_at = 0.0
+        self.warm_iteration = 0
         self.next_report_s = WARM_REPORT_S
 
     def tick(self) -> float:
@@ -169,7 +171,7 @@ class _FrameClock:
             return
         waited = self.last - self.started
         if is_warm(state) or waited > WARM_TIMEOUT_S:
-            self.warm_frame, self.warm_at = state.frame, self.last
+            self.warm_frame, self.warm_at, self.warm_iteration = state.frame, self.last, state.fit.iteration
         elif waited > self.next_report_s:  # say what a long start-up waits for (first runs compile for minutes)
             self.next_report_s += WARM_REPORT_S
             print(f"still waiting after {waited:.0f} s for: {'; '.join(warm_blockers(state))}", file=sys.stderr)
@@ -230,7 +232,11 @@ def run_app(options: AppOptions) -> AppRun:
     else:
         params.ini_folder_type = hello_imgui.IniFolderType.app_user_config_folder
         params.ini_filename = "shannon-autograd/imgui.ini"
-    params.callbacks.post_init = lambda: gfx.append(Gfx())
+    def post_init() -> None:
+        gfx.append(Gfx())
+        state.gl_renderer = gfx[0].ctx.info["GL_RENDERER"]
+
+    params.callbacks.post_init = post_init
     params.callbacks.pre_new_frame = before_frame
     params.callbacks.show_status = lambda: status.draw_status(state)
     params.callbacks.show_gui = lambda: status.draw_errors(state)
@@ -255,6 +261,7 @@ def run_app(options: AppOptions) -> AppRun:
     run = AppRun(0, state)
     if clock.warm_frame is not None:
         run.warm_frames, run.warm_seconds = state.frame - clock.warm_frame, clock.last - clock.warm_at
+        run.warm_fit_iterations = state.fit.iteration - clock.warm_iteration
     if options.screenshot:
         _save_screenshot(options.screenshot)
     return run

@@ -77,6 +77,7 @@ class MeshView:
         self._color: moderngl.Texture | None = None
         self._mesh: tuple | None = None  # (version, vao, vbo, faces array it was built for)
         self._target: tuple[int, moderngl.VertexArray] | None = None
+        self._drawn: tuple | None = None  # what the framebuffer holds: redraw only when it changes
 
     def _framebuffer(self, size: tuple[int, int]) -> moderngl.Framebuffer:
         if self._fbo is None or self._color.size != size:
@@ -114,6 +115,12 @@ class MeshView:
         self._target = (version, vao)
 
     def render(self, size: tuple[int, int], yaw_deg: float, pitch_deg: float, distance: float) -> imgui.ImTextureRef:
+        """The view as a texture; drawn again only when the meshes, the camera or the size changed
+        (llvmpipe rasterises on the CPU the UI shares with the backends)."""
+        scene = (size, yaw_deg, pitch_deg, distance, self._mesh and self._mesh[0], self._target and self._target[0])
+        if scene == self._drawn:
+            return texture_ref(self._color)
+        self._drawn = scene
         fbo = self._framebuffer(size)
         fbo.use()
         fbo.clear(*BACKGROUND, depth=1.0)

@@ -126,6 +126,7 @@ class AppState:
     backend: str = ""  # the arch that actually runs in the primary worker, once it answered
     backend_note: str = ""  # why `auto` did not get CUDA, if it did not
     taichi_version: str = ""
+    gl_renderer: str = ""  # the OpenGL renderer drawing the window (llvmpipe under Xvfb)
     primary_status: str = "starting"  # "starting", "ready", "compiling", "unavailable: <why>"
     warmup: list[str] = field(default_factory=list)  # what is compiling/starting now, for the status bar
     errors: list[str] = field(default_factory=list)  # shown in the window until dismissed

@@ -8,6 +8,7 @@ when zenity or kdialog is installed) or typed into the path field.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -82,10 +83,15 @@ def _settings(state: AppState) -> None:
         state.commands.append(reset_command(state))
 
 
+@functools.cache
+def _dialog_available() -> bool:
+    return any(shutil.which(tool) for tool in DIALOG_TOOLS)
+
+
 def _browse(state: AppState) -> bool:
     """The "Browse" button and the dialog it opens; True once a file was picked."""
     global _dialog
-    available = any(shutil.which(tool) for tool in DIALOG_TOOLS)
+    available = _dialog_available()
     imgui.begin_disabled(not available or _dialog is not None)
     if imgui.button("Browse"):
         from imgui_bundle import portable_file_dialogs as pfd

@@ -14,7 +14,7 @@ def draw_status(state: AppState) -> None:
     if state.backend_note:
         imgui.set_item_tooltip(state.backend_note)
     imgui.same_line()
-    imgui.text_disabled(f"| parity: {state.parity_arch} | Taichi {state.taichi_version}")
+    imgui.text_disabled(f"| parity: {state.parity_arch} | Taichi {state.taichi_version} | GL {state.gl_renderer.split(' (')[0]}")
     imgui.same_line()
     if state.warmup:
         spinner = _SPINNER[(state.frame // 6) % len(_SPINNER)]
