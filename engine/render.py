@@ -19,6 +19,8 @@ from engine.errors import UserError
 from engine.kernels import raymarch as rk
 
 MAX_SIDE = 16384
+MAX_DEPTH = rk.T_MAX  # depth AOV value where a ray escaped
+MAX_STEPS = rk.MAX_STEPS  # upper limit of the steps AOV
 BYTES_PER_PIXEL = 4 * (3 + 1 + 3 + 1)  # rgb, depth, normal, steps (float32 / int32)
 
 
@@ -164,6 +166,3 @@ class Renderer:
     def aovs(self) -> dict[str, np.ndarray]:
         return {"depth": self.depth(), "normal": self.normals(), "steps": self.steps()}
 
-
-MAX_DEPTH = rk.T_MAX
-MAX_STEPS = rk.MAX_STEPS
