@@ -14,6 +14,7 @@ frame is saved as a PNG. `test_function` runs an imgui test-engine test instead.
 """
 from __future__ import annotations
 
+import ctypes
 import importlib.metadata
 import os
 import sys
@@ -42,9 +43,27 @@ class AppOptions:
 
 
 def require_display() -> None:
-    """Fail in one line when there is no display to open a window on."""
-    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+    """Fail in one line when there is no display to open a window on.
+
+    An X display named by $DISPLAY is opened once with Xlib (through ctypes, when libX11 is
+    there) so that a stale $DISPLAY fails here, in one line, instead of deep inside GLFW.
+    """
+    if os.environ.get("WAYLAND_DISPLAY"):
+        return
+    display = os.environ.get("DISPLAY")
+    if not display:
         raise UserError("no display: use --headless or run under Xvfb")
+    try:
+        xlib = ctypes.CDLL("libX11.so.6")
+    except OSError:
+        return  # no Xlib to ask: let GLFW try
+    xlib.XOpenDisplay.restype = ctypes.c_void_p
+    xlib.XOpenDisplay.argtypes = [ctypes.c_char_p]
+    xlib.XCloseDisplay.argtypes = [ctypes.c_void_p]
+    connection = xlib.XOpenDisplay(display.encode())
+    if not connection:
+        raise UserError(f"no display: cannot open DISPLAY={display}: use --headless or run under Xvfb")
+    xlib.XCloseDisplay(connection)
 
 
 def parse_size(text: str) -> tuple[int, int]:

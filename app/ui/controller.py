@@ -32,6 +32,14 @@ SERVICES = "app.ui.services"
 GRAD_RTOL = 1e-3  # gradient parity: max |A - B| within this fraction of max |A| (the brief's rel 1e-3)
 FIT_BATCH_S = 0.05  # a running fit returns to the link this often, so frames can interleave
 MIN_RENDER_PX = 32
+FIRST_CALLS = {  # a worker's first call of these compiles kernels: the status bar says so meanwhile
+    "render_frame": "compiling the ray-march kernel",
+    "fit_reset": "setting up the fit (BVH, Chamfer kernels)",
+    "fit_run": "compiling the shape-fit step",
+    "fit_gradient_at": "compiling the shape-fit kernels",
+}
+HIDDEN_VIEW_PX = (640, 360)  # frames for the parity panel when the ray-march panel is not shown
+LAYOUT_FRAMES = 3  # the docked panels have their sizes after this many frames
 
 
 def user_message(error: str) -> str:
@@ -58,7 +66,7 @@ class Controller:
         self._sent_render: dict | None = None
         self._fit_started: float | None = None  # perf_counter when the running fit's rate window began
         self._fit_iterations_at_start = 0
-        self._compiling: set[str] = {"ray march", "shape fit"}  # kernels not run yet in the primary worker
+        self._first_calls = {self.primary: set(FIRST_CALLS), self.parity: set(FIRST_CALLS)}
 
     def start(self, state: AppState) -> None:
         self.primary.start()
@@ -98,25 +106,18 @@ class Controller:
         parity = self.parity.status
         state.parity.status = {"ready": "idle"}.get(parity, parity)
         warmup = []
-        if primary == "starting":
-            warmup.append(f"starting the {state.arch} backend")
-        elif not primary.startswith("unavailable"):
-            warmup += [f"compiling {what} kernels" for what in sorted(self._compiling)]
-        if parity == "starting":
-            warmup.append(f"starting the {state.parity_arch} parity backend")
+        for link, arch in ((self.primary, state.arch), (self.parity, state.parity_arch)):
+            if link.status == "starting":
+                warmup.append(f"starting the {arch} backend")
+            function = link.in_flight.rsplit(":", 1)[-1]
+            if function in self._first_calls[link]:
+                warmup.append(f"{FIRST_CALLS[function]} on {arch}")
         state.warmup = warmup
 
     # --- answers --------------------------------------------------------------------------------
     def _primary_answer(self, state: AppState, answer: Answer) -> None:
         name = answer.request.name.rsplit(":", 1)[-1]
-        if name == "render_frame":
-            self._compiling.discard("ray march")
-        elif name == "fit_reset":
-            self._compiling.discard("shape fit")
-            if not state.fit.iteration:
-                self._compiling.add("shape-fit step")  # the optimiser's kernels compile on the first step
-        elif name == "fit_run":
-            self._compiling.discard("shape-fit step")
+        self._first_calls[self.primary].discard(name)
         if answer.outputs is None:
             message = user_message(answer.error)
             if name == "render_frame":
@@ -171,6 +172,7 @@ class Controller:
             tape.backward_ms = [float(s) * 1e3 for s in out["tape_backward_s"]]
 
     def _parity_answer(self, state: AppState, answer: Answer) -> None:
+        self._first_calls[self.parity].discard(answer.request.name.rsplit(":", 1)[-1])
         view = state.parity
         if answer.outputs is None:
             failed = f"parity comparison failed: {user_message(answer.error)}"
@@ -222,9 +224,12 @@ class Controller:
         view = state.raymarch
         preview = view.playing or time.perf_counter() < view.interacting_until
         scale = min(view.preview_scale, view.res_scale) if preview else view.res_scale
-        width, height = (max(int(side * scale), MIN_RENDER_PX) for side in view.view_px)
-        if min(view.view_px) < MIN_RENDER_PX:
-            return  # the panel has not been laid out (or is collapsed)
+        view_px = view.view_px
+        if min(view_px) < MIN_RENDER_PX:
+            if state.frame < LAYOUT_FRAMES:
+                return  # the panel has not been laid out yet
+            view_px = HIDDEN_VIEW_PX  # the panel is not shown (--panel, closed): parity still needs frames
+        width, height = (max(int(side * scale), MIN_RENDER_PX) for side in view_px)
         inputs = {"t": round(view.t, 4), "yaw": view.orbit.yaw, "pitch": view.orbit.pitch,
                   "distance": view.orbit.distance, "width": width, "height": height, "linear": not preview}
         if inputs == self._sent_render:
