@@ -2,8 +2,8 @@
 
 One window session (module fixture) runs a script the way a person would use the app:
 wait for live content, Step the fit three times and take the golden screenshot, Start and
-Pause, Reset, move the timeline, open a mesh file, open a file that is not a mesh and
-dismiss the error. The script records what the state said after each action; the tests
+Pause, Reset, move the timeline, orbit and zoom the ray-march view, Play and Pause, export
+the mesh, open a mesh file, open a file that is not a mesh and dismiss the error. The script records what the state said after each action; the tests
 below check those records, one behaviour each. The primary backend is cpu and the parity
 backend vulkan (lavapipe), as on a machine without a GPU.
 
@@ -91,6 +91,22 @@ def _script(records: dict, files: dict):
               "a full-quality frame at t=0.8")
         records["frame_t"] = view.linear_request["t"]
 
+        orbit = (view.orbit.yaw, view.orbit.pitch, view.orbit.distance)
+        ctx.item_drag_with_delta("**/##raymarch_view", imgui.ImVec2(50, 20))
+        ctx.mouse_wheel_y(1)
+        ctx.yield_(2)
+        records["orbit"] = (orbit, (view.orbit.yaw, view.orbit.pitch, view.orbit.distance))
+        ctx.item_click("**/Play")
+        start_t = view.t
+        ctx.yield_(20)
+        ctx.item_click("**/Pause")
+        records["played"] = (start_t, view.t, view.playing)
+
+        ctx.set_ref("Shape fit")
+        ctx.item_input_value("**/##export_path", str(files["export"]))
+        ctx.item_click("**/Export")
+        _wait(ctx, lambda: fit.exported == str(files["export"]), "the exported OBJ")
+
         ctx.set_ref("Shape fit")
         ctx.item_input_value("**/##mesh_path", str(files["tetra"]))
         ctx.item_click("**/Open")
@@ -114,7 +130,8 @@ def session(tmp_path_factory):
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         pytest.skip("GUI tests need a display: run under xvfb-run (scripts/test.sh does)")
     folder = tmp_path_factory.mktemp("gui")
-    files = {"tetra": folder / "tetra.obj", "bad": folder / "notes.obj", "golden_actual": folder / "app_1280x800.png"}
+    files = {"tetra": folder / "tetra.obj", "bad": folder / "notes.obj", "golden_actual": folder / "app_1280x800.png",
+             "export": folder / "fitted.obj"}
     files["tetra"].write_text(TETRA_OBJ)
     files["bad"].write_text("this is not a mesh\n")
     records: dict = {}
@@ -156,6 +173,31 @@ def test_reset_starts_over(session):
 def test_timeline_moves_the_rendered_frame(session):
     records = session[0]
     assert records["timeline_t"] == pytest.approx(0.8) and records["frame_t"] == pytest.approx(0.8)
+
+
+@needs_display
+def test_drag_orbits_and_wheel_zooms(session):
+    from app.ui.panels.raymarch import DRAG_DEG_PER_PX, ZOOM_PER_WHEEL
+
+    (yaw, pitch, distance), (yaw2, pitch2, distance2) = session[0]["orbit"]
+    assert yaw2 == pytest.approx((yaw - 50 * DRAG_DEG_PER_PX) % 360.0)
+    assert pitch2 == pytest.approx(pitch + 20 * DRAG_DEG_PER_PX)
+    assert distance2 == pytest.approx(distance * ZOOM_PER_WHEEL)
+
+
+@needs_display
+def test_play_advances_the_timeline_and_pause_stops_it(session):
+    start_t, end_t, playing = session[0]["played"]
+    assert end_t != start_t and playing is False
+
+
+@needs_display
+def test_export_writes_the_fitted_mesh(session):
+    from engine.mesh_io import load_mesh
+
+    _, files, _ = session
+    mesh = load_mesh(files["export"], normalise=False)
+    assert len(mesh.faces) == 1280  # the subdivision-3 icosphere, after Reset: iteration 0
 
 
 @needs_display
