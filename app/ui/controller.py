@@ -164,12 +164,11 @@ class Controller:
                 fit.iterations_per_s = (fit.iteration - self._fit_iterations_at_start) / elapsed
         if fit.iteration >= fit.max_iterations:
             fit.running = False
-        if len(out["tape_names"]):
-            tape = state.tape
-            tape.iteration = fit.iteration
-            tape.names = [str(name) for name in out["tape_names"]]
-            tape.forward_ms = [float(s) * 1e3 for s in out["tape_forward_s"]]
-            tape.backward_ms = [float(s) * 1e3 for s in out["tape_backward_s"]]
+        tape = state.tape  # the launches of the fit's last evaluation: iteration k's, before its update
+        tape.iteration = max(fit.iteration - 1, 0)
+        tape.names = [str(name) for name in out["tape_names"]]
+        tape.forward_ms = [float(s) * 1e3 for s in out["tape_forward_s"]]
+        tape.backward_ms = [float(s) * 1e3 for s in out["tape_backward_s"]]
 
     def _parity_answer(self, state: AppState, answer: Answer) -> None:
         self._first_calls[self.parity].discard(answer.request.name.rsplit(":", 1)[-1])

@@ -49,6 +49,7 @@ def fit_reset(target: str, subdiv: int, lr: float, smooth: float, smooth_end: fl
     fit = ShapeFit(str(target), subdiv=int(subdiv), lr=float(lr), smooth=float(smooth), profile=True,
                    smooth_end=float(smooth_end), schedule_iters=int(schedule_iters))
     _fit = fit
+    fit.evaluate()  # loss and gradient at the sphere, no update: fills the tape panel and compiles the kernels
     return {**_snapshot(fit, []), "faces": np.asarray(fit.faces, dtype=np.int32),
             "target_vertices": np.asarray(fit.target.vertices, dtype=np.float32),
             "target_faces": np.asarray(fit.target.faces, dtype=np.int32)}
