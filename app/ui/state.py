@@ -63,6 +63,7 @@ class FitView:
 
     target: str = "spot"  # one of FIT_TARGETS or a mesh file path
     path_input: str = ""  # the path typed (or picked) for "Open"
+    dialog: object | None = None  # an open portable_file_dialogs.open_file, polled each frame until it answers
     # Defaults: the settings measured best on the real targets (docs/RESULTS.md, claim real_mesh_fit):
     # lr 0.03 and a Laplacian shrink-wrap step falling linearly from 0.8 to 0.1 over the run.
     subdiv: int = 3

@@ -22,7 +22,6 @@ from app.ui.state import FIT_TARGETS, AppState, Command
 MAX_SUBDIV = 5  # app.scenes.shape_fit.MAX_SUBDIV (not imported: it would pull Taichi into the UI process)
 DIALOG_TOOLS = ("zenity", "kdialog", "matedialog", "qarma")  # what portable_file_dialogs drives on Linux
 MESH_FILTERS = ["Mesh files", "*.obj *.ply *.stl *.off *.glb", "All files", "*"]
-_dialog = None  # the open portable_file_dialogs.open_file, polled each frame until it answers
 
 
 def reset_command(state: AppState) -> Command:
@@ -90,20 +89,20 @@ def _dialog_available() -> bool:
 
 def _browse(state: AppState) -> bool:
     """The "Browse" button and the dialog it opens; True once a file was picked."""
-    global _dialog
+    fit = state.fit
     available = _dialog_available()
-    imgui.begin_disabled(not available or _dialog is not None)
+    imgui.begin_disabled(not available or fit.dialog is not None)
     if imgui.button("Browse"):
         from imgui_bundle import portable_file_dialogs as pfd
 
-        _dialog = pfd.open_file("Open a target mesh", os.getcwd(), MESH_FILTERS)
+        fit.dialog = pfd.open_file("Open a target mesh", os.getcwd(), MESH_FILTERS)
     imgui.end_disabled()
     if not available:
         imgui.set_item_tooltip("no file dialog tool (zenity or kdialog) installed: type the path and press Open")
-    if _dialog is not None and _dialog.ready(0):
-        picked, _dialog = _dialog.result(), None
+    if fit.dialog is not None and fit.dialog.ready(0):
+        picked, fit.dialog = fit.dialog.result(), None
         if picked:
-            state.fit.path_input = state.fit.target = picked[0]
+            fit.path_input = fit.target = picked[0]
             return True
     return False
 
