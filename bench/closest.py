@@ -23,7 +23,6 @@ refit), Warp's is the `wp.Mesh` constructor; refit: `refit()` on both.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import time
@@ -31,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from bench import bench_parser, emit, machine_load
 from engine.errors import UserError
 
 SIZES = (128, 1024, 16384)
@@ -154,7 +154,7 @@ def measure(arch: str, repeats: int, leaf_size: int | None, use_warp: bool, prog
 def table(result: dict, arch: str, repeats: int) -> str:
     fmt = lambda value, spec: "-" if value is None else format(value, spec)  # noqa: E731
     lines = [f"closest-point queries, icosphere(5) ({result['faces']:,} triangles), {arch}, "
-             f"leaf size {result['leaf_size']}, depth {result['depth']}, median of {repeats}",
+             f"leaf size {result['leaf_size']}, depth {result['depth']}, median of {repeats}; {machine_load()}",
              "| queries | ours (M queries/s) | Warp (M queries/s) | ours / Warp "
              "| ours CPU us/query | Warp CPU us/query | dist2 rel err vs brute | distance err vs Warp |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -171,8 +171,7 @@ def table(result: dict, arch: str, repeats: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app bench closest", description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", default=None, help="auto|cuda|vulkan|cpu (default: $SHANNON_ARCH or auto)")
+    parser = bench_parser("closest", __doc__)
     parser.add_argument("--repeats", type=int, default=5, help="repetitions (the median is reported)")
     parser.add_argument("--leaf-size", type=int, default=None,
                         help="most triangles per BVH leaf (2..64; default: engine.bvh.DEFAULT_LEAF_SIZE)")
@@ -187,5 +186,5 @@ def main(argv: list[str]) -> int:
     arch = backend.init(options.arch).name
     with bar(total=(len(SIZES) + 1) * options.repeats, desc="closest-point bench") as progress:
         result = measure(arch, options.repeats, options.leaf_size, not options.no_warp, progress)
-    print(table(result, arch, options.repeats))
+    emit(table(result, arch, options.repeats), "closest", options.out)
     return 0

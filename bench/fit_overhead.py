@@ -9,11 +9,10 @@ profiler. The same fit is timed with every launch dispatched natively and with p
 """
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import time
 
+from bench import bench_parser, emit, machine_load
 from engine.errors import UserError
 
 WARMUP = 5
@@ -48,12 +47,10 @@ def _block(fit, iters: int) -> tuple[float, float]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app bench fit_overhead", description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", default=None, help="auto|cuda|vulkan|cpu (default: $SHANNON_ARCH or auto)")
+    parser = bench_parser("fit_overhead", __doc__)
     parser.add_argument("--target", default="spot", help="shape-fit target (default spot)")
     parser.add_argument("--subdiv", type=int, default=3, help="icosphere subdivision (default 3, the fit's default)")
     parser.add_argument("--iters", type=int, default=20, help="iterations per timed block (default 20)")
-    parser.add_argument("--out", default=None, help="also write the table to OUT/fit_overhead.md")
     options = parser.parse_args(argv)
     if options.iters < 1:
         raise UserError(f"--iters must be at least 1 (got {options.iters})")
@@ -79,7 +76,7 @@ def main(argv: list[str]) -> int:
         use_native(True)
         fit.destroy()
     lines = [f"arch {arch}; shape fit {options.target}, subdivision {options.subdiv}, {options.iters} iterations "
-             f"per block, median of {BLOCKS} blocks; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+             f"per block, median of {BLOCKS} blocks; {machine_load()}",
              "", "| dispatch | iteration (ms) | kernels (ms) | Python overhead (ms) | overhead share |",
              "|---|---:|---:|---:|---:|"]
     for native in (True, False):
@@ -88,12 +85,5 @@ def main(argv: list[str]) -> int:
         lines.append(f"| {'native' if native else 'plain call'} | {wall * 1e3:.2f} | {kernels * 1e3:.2f} | "
                      f"{(wall - kernels) * 1e3:.2f} | {100 * (wall - kernels) / wall:.1f} % |")
     text = "\n".join(lines)
-    print(text)
-    if options.out:
-        from pathlib import Path
-
-        from engine.atomic import write_text
-
-        Path(options.out).mkdir(parents=True, exist_ok=True)
-        write_text(Path(options.out) / "fit_overhead.md", text + "\n")
+    emit(text, "fit_overhead", options.out)
     return 0

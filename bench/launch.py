@@ -28,14 +28,13 @@ directly and bound, and the three outputs must be identical.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from bench import bench_parser, emit, machine_load
 from engine.errors import UserError
 
 SHAPES = ("k0", "kf", "kv", "km", "ka", "kz")
@@ -182,7 +181,7 @@ def table(cells: list[Cell], arch: str, launches: int, repeats: int) -> str:
     warp_version = _warp_version()
     head = (f"arch {arch}; {launches} launches/cell, dim 1, warm-up {WARMUP}, median of {repeats}; "
             f"taichi {'.'.join(map(str, ti.__version__))}, warp {warp_version or 'not installed'}; "
-            f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            f"{machine_load()}")
     rows = ["| kernel | form | Taichi plain call (us) | native dispatch (us) | Warp (us) | Warp / native | won "
             "| native, values changing (us) | Warp recorded cmd (us) |",
             "|---|---|---:|---:|---:|---:|:-:|---:|---:|"]
@@ -222,12 +221,10 @@ def _warp_version() -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app bench launch", description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", default=None, help="auto|cuda|vulkan|cpu (default: $SHANNON_ARCH or auto)")
+    parser = bench_parser("launch", __doc__)
     parser.add_argument("--launches", type=int, default=20_000, help="launches per cell and repetition")
     parser.add_argument("--repeats", type=int, default=3, help="repetitions per cell (the median is reported)")
     parser.add_argument("--no-warp", action="store_true", help="time native dispatch and plain calls only")
-    parser.add_argument("--out", default=None, help="also write the table to OUT/launch.md")
     options = parser.parse_args(argv)
     if options.launches < 1:
         raise UserError(f"--launches must be at least 1 (got {options.launches})")
@@ -241,12 +238,5 @@ def main(argv: list[str]) -> int:
     with bar(total=len(SHAPES) * len(FORMS) * options.repeats, desc="launch cells") as progress:
         cells = measure(arch, options.launches, options.repeats, not options.no_warp, progress)
     text = table(cells, arch, options.launches, options.repeats)
-    print(text)
-    if options.out:
-        from pathlib import Path
-
-        from engine.atomic import write_text
-
-        Path(options.out).mkdir(parents=True, exist_ok=True)
-        write_text(Path(options.out) / "launch.md", text + "\n")
+    emit(text, "launch", options.out)
     return 0

@@ -9,11 +9,10 @@ Warp is optional: without warp-lang installed only our times are printed.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import time
 
+from bench import bench_parser, emit, machine_load
 from engine.errors import UserError
 
 SIZES = ((2048, 1024), (1024, 512), (512, 256))
@@ -30,14 +29,8 @@ def _median_ms(render, repeats: int, progress) -> float:
     return statistics.median(times)
 
 
-def _load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
-
-
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app bench raymarch", description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", default=None, help="auto|cuda|vulkan|cpu (default: $SHANNON_ARCH or auto)")
+    parser = bench_parser("raymarch", __doc__)
     parser.add_argument("--repeats", type=int, default=3, help="warm frames per size (the median is reported)")
     parser.add_argument("--no-warp", action="store_true", help="time ours only")
     options = parser.parse_args(argv)
@@ -83,12 +76,12 @@ def main(argv: list[str]) -> int:
                 raise UserError(f"the Warp port does not render the same frame ({note}); not timing it")
             rows.append((f"warp ({device})", f"{width}x{height}",
                          _median_ms(lambda: peer.render(prm), options.repeats, progress), note))
-    print(f"\nray march, robot-arm scene at t={T}, warm, median of {options.repeats} ({_load()})")
-    print(f"{'renderer':<16} {'size':>10} {'ms/frame':>10}  notes")
-    for name, size, ms, note in rows:
-        print(f"{name:<16} {size:>10} {ms:>10.1f}  {note}")
+    lines = [f"ray march, robot-arm scene at t={T}, warm, median of {options.repeats} ({machine_load()})",
+             "", "| renderer | size | ms/frame | notes |", "|---|---|---:|---|"]
+    lines += [f"| {name} | {size} | {ms:.1f} | {note} |" for name, size, ms, note in rows]
     if warp:
         ours_ms = rows[0][2]
-        print(f"ours vs warp at {SIZES[0][0]}x{SIZES[0][1]}: {rows[-1][2] / ours_ms:.2f}x "
-              f"({'faster' if ours_ms < rows[-1][2] else 'slower'})")
+        lines += ["", f"ours vs warp at {SIZES[0][0]}x{SIZES[0][1]}: {rows[-1][2] / ours_ms:.2f}x "
+                      f"({'faster' if ours_ms < rows[-1][2] else 'slower'})"]
+    emit("\n".join(lines), "raymarch", options.out)
     return 0

@@ -19,7 +19,5 @@ nvidia-smi >"$OUT_DIR/nvidia-smi.txt" 2>&1 || true
 step install 240 bash scripts/setup.sh --install-only
 step cuda-tests 180 .venv/bin/python -m pytest -q -m cuda -p no:cacheprovider
 step acceptance 240 .venv/bin/python -m app --headless --arch cuda --parity-arch cpu --out "$OUT_DIR/acceptance"
-for bench in $(.venv/bin/python -c 'from app.cli import SUBCOMMANDS; print("bench" in SUBCOMMANDS and "yes" or "")'); do
-  step bench 240 .venv/bin/python -m app bench all --arch cuda --out "$OUT_DIR/bench"
-done
+step bench 300 .venv/bin/python -m app bench all --arch cuda --out "$OUT_DIR/bench"
 exit $status
