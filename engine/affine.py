@@ -4,8 +4,10 @@ from __future__ import annotations
 import numpy as np
 import taichi as ti
 
+from engine.autodiff.tape import Tape
 from engine.fields import FieldGroup
 from engine.kernels.affine import affine, sum_into
+from engine.launch import launch
 
 A, B = 2.0, 0.5
 
@@ -27,25 +29,26 @@ class AffineProblem:
     def forward(self, x: np.ndarray) -> float:
         self.x.from_numpy(x)
         self.loss[None] = 0.0
-        affine(self.x, self.y, self.a, self.b)
-        sum_into(self.y, self.loss)
+        launch(affine, self.x, self.y, self.a, self.b)
+        launch(sum_into, self.y, self.loss)
         return float(self.loss[None])
 
-    def backward(self) -> np.ndarray:
-        """dL/dx by Taichi's reverse-mode autodiff, after `forward`."""
-        for field in (self.x, self.y):
-            field.grad.fill(0.0)
-        self.loss.grad[None] = 1.0
-        sum_into.grad(self.y, self.loss)
-        affine.grad(self.x, self.y, self.a, self.b)
-        return self.x.grad.to_numpy()
+    def forward_backward(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        """L and dL/dx: the forward taped, the backward by Taichi's generated adjoints in reverse."""
+        tape = Tape()
+        with tape:
+            loss = self.forward(x)
+        tape.backward(self.loss)
+        grad = self.x.grad.to_numpy()
+        tape.reset()
+        return loss, grad
 
 
 def run_affine(x: np.ndarray) -> dict[str, np.ndarray]:
     """Forward values, loss and gradient for `x` (a parity computation)."""
     problem = AffineProblem(x.size, x.dtype)
-    loss = problem.forward(x)
-    out = {"y": problem.y.to_numpy(), "loss": np.array(loss), "dx": problem.backward()}
+    loss, dx = problem.forward_backward(x)
+    out = {"y": problem.y.to_numpy(), "loss": np.array(loss), "dx": dx}
     problem.group.destroy()
     return out
 
@@ -56,8 +59,7 @@ def run_affine_gradcheck(x: np.ndarray, eps: float = 1e-4) -> dict[str, np.ndarr
 
     problem = AffineProblem(x.size, np.float64)
     x64 = x.astype(np.float64)
-    problem.forward(x64)
-    analytic = problem.backward()
+    _, analytic = problem.forward_backward(x64)
     numeric = finite_difference_gradient(problem.forward, x64, eps)
     problem.group.destroy()
     return {"analytic": analytic, "numeric": numeric}

@@ -17,6 +17,7 @@ import numpy as np
 
 from engine.errors import UserError
 from engine.kernels import raymarch as rk
+from engine.launch import launch
 
 MAX_SIDE = 16384
 MAX_DEPTH = rk.T_MAX  # depth AOV value where a ray escaped
@@ -140,7 +141,7 @@ class Renderer:
 
         self._prm.from_numpy(pack(scene, camera, self.width, self.height))
         started = time.perf_counter()
-        rk.render(self._prm, self._rgb, self._depth, self._normal, self._steps)
+        launch(rk.render, self._prm, self._rgb, self._depth, self._normal, self._steps)
         ti.sync()
         self.last_ms = (time.perf_counter() - started) * 1e3
         return self._rgb.to_numpy()

@@ -101,7 +101,7 @@ def l2_gradcheck_here(x: np.ndarray, target: np.ndarray) -> dict:
 
 
 def test_gradcheck_runs_in_float64_on_vulkan():
-    """Vulkan has f64 arithmetic (not f64 sin/cos: see docs/ARCHITECTURE.md), enough for the L2 loss."""
+    """Vulkan has f64 arithmetic (not f64 sin/cos: see docs/DESIGN.md), enough for the L2 loss."""
     from tests.conftest import backend_worker
 
     rng = np.random.default_rng(5)
