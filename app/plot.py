@@ -1,14 +1,14 @@
 """Small PNG plots drawn with Pillow (no plotting library): a loss curve on a log scale."""
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 from PIL import Image, ImageDraw
 
-from engine import atomic
+from engine.image_io import write_png
 
 WIDTH, HEIGHT = 800, 480
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 40, 50
@@ -41,6 +41,4 @@ def loss_curve_png(path: str | Path, losses: Sequence[float], title: str) -> Non
         points = [xy(i, v) for i, v in enumerate(losses) if v > 0 and math.isfinite(v)]
         draw.line(points, fill=(200, 40, 40), width=2) if len(points) > 1 else draw.point(points, fill="red")
         draw.text((WIDTH // 2 - 30, HEIGHT - 22), "iteration", fill="black")
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    atomic.write_bytes(path, buffer.getvalue())
+    write_png(path, np.asarray(image))

@@ -19,19 +19,6 @@ WARMUP = 5
 BLOCKS = 3
 
 
-def _start(arch: str | None) -> str:
-    import taichi as ti
-
-    from engine import backend
-
-    name = backend.requested_arch(arch)
-    if name == "auto":
-        name = "cuda" if backend.cuda_unavailable_reason() is None else "cpu"
-    ti.init(arch={"cuda": ti.cuda, "vulkan": ti.vulkan, "cpu": ti.cpu}[name], enable_fallback=False,
-            fast_math=False, offline_cache=True, kernel_profiler=True)
-    return name
-
-
 def _block(fit, iters: int) -> tuple[float, float]:
     """(wall seconds, kernel seconds) per iteration over `iters` iterations."""
     import taichi as ti
@@ -54,7 +41,9 @@ def main(argv: list[str]) -> int:
     options = parser.parse_args(argv)
     if options.iters < 1:
         raise UserError(f"--iters must be at least 1 (got {options.iters})")
-    arch = _start(options.arch)
+    from engine import backend
+
+    arch = backend.init(options.arch, kernel_profiler=True).name
 
     from app.scenes.shape_fit import ShapeFit
     from engine.dispatch import use_native

@@ -9,16 +9,15 @@ other processes on the machine change the figure. Needs a display: run under
 """
 from __future__ import annotations
 
-import argparse
 import os
+
+from bench import bench_parser, emit, machine_load
 
 
 def main(argv: list[str]) -> int:
-    from app.cli import add_arch_argument
     from app.ui.app import AppOptions, parse_size, resolve_archs, run_app
 
-    parser = argparse.ArgumentParser(prog="python -m app bench gui_fps")
-    add_arch_argument(parser)
+    parser = bench_parser("gui_fps", __doc__)
     parser.add_argument("--parity-arch", default=None)
     parser.add_argument("--frames", type=int, default=120,
                         help="frames timed once the fit runs (default 120: the fit, 400 iterations, must outlast them)")
@@ -33,9 +32,10 @@ def main(argv: list[str]) -> int:
     state = run.state
     fit_rate = run.warm_fit_iterations / run.warm_seconds if run.warm_seconds else 0.0
     still_fitting = "" if state.fit.running else " (the fit ended before the frames did: use fewer --frames)"
-    print("| window | GL | UI fps while fitting | frames timed | fit it/s meanwhile | fit iterations |")
-    print("|---|---|---|---|---|---|")
-    print(f"| {args.size} | {state.gl_renderer} | {run.fps:.1f} | {run.warm_frames} in {run.warm_seconds:.1f} s "
-          f"| {fit_rate:.1f} | {state.fit.iteration}{still_fitting} |")
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    emit("\n".join([
+        "| window | GL | UI fps while fitting | frames timed | fit it/s meanwhile | fit iterations |",
+        "|---|---|---|---|---|---|",
+        f"| {args.size} | {state.gl_renderer} | {run.fps:.1f} | {run.warm_frames} in {run.warm_seconds:.1f} s "
+        f"| {fit_rate:.1f} | {state.fit.iteration}{still_fitting} |",
+        machine_load()]), "gui_fps", args.out)
     return 0

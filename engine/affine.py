@@ -2,16 +2,14 @@
 from __future__ import annotations
 
 import numpy as np
-import taichi as ti
 
 from engine.autodiff.tape import Tape
-from engine.fields import FieldGroup
+from engine.fields import FieldGroup, taichi_float
 from engine.kernels.affine import affine, sum_into
 from engine.launch import launch
 
 A, B = 2.0, 0.5
 
-_DTYPES = {np.dtype(np.float32): ti.f32, np.dtype(np.float64): ti.f64}
 
 
 class AffineProblem:
@@ -20,7 +18,7 @@ class AffineProblem:
     def __init__(self, n: int, dtype: np.dtype = np.float32, a: float = A, b: float = B):
         self.a, self.b = a, b
         self.group = FieldGroup()
-        ti_dtype = _DTYPES[np.dtype(dtype)]
+        ti_dtype = taichi_float(dtype)
         self.x = self.group.field(ti_dtype, (n,), needs_grad=True)
         self.y = self.group.field(ti_dtype, (n,), needs_grad=True)
         self.loss = self.group.field(ti_dtype, (), needs_grad=True)

@@ -45,6 +45,7 @@ class Backend:
 
 
 _current: Backend | None = None
+_profiling = False  # whether the running backend was started with Taichi's kernel profiler
 
 
 def requested_arch(value: str | None = None) -> str:
@@ -77,22 +78,26 @@ def _arch_in_use() -> str:
     return {ti.x64: "cpu", ti.arm64: "cpu", ti.cuda: "cuda", ti.vulkan: "vulkan"}.get(arch, str(arch))
 
 
-def _start(name: str) -> None:
+def _start(name: str, kernel_profiler: bool) -> None:
     import taichi as ti
 
     arch = {"cuda": ti.cuda, "vulkan": ti.vulkan, "cpu": ti.cpu}[name]
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # Taichi's "Starting on arch=" line; we report our own
-            ti.init(arch=arch, enable_fallback=False, fast_math=False, offline_cache=True, verbose=False)
+            ti.init(arch=arch, enable_fallback=False, fast_math=False, offline_cache=True, verbose=False,
+                    kernel_profiler=kernel_profiler)
     except Exception as exc:  # Taichi raises RuntimeError or its own types; the message is what matters
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = " (install mesa-vulkan-drivers for lavapipe)" if name == "vulkan" else ""
         raise UserError(f"backend {name} is not available: {reason}{hint}") from None
 
 
-def init(arch: str | None = None) -> Backend:
-    """Start Taichi on the requested arch (see module docstring) and return what runs."""
-    global _current
+def init(arch: str | None = None, kernel_profiler: bool = False) -> Backend:
+    """Start Taichi on the requested arch (see module docstring) and return what runs.
+
+    `kernel_profiler` switches on Taichi's per-kernel timing (it can only be chosen at start-up).
+    """
+    global _current, _profiling
     requested = requested_arch(arch)
     name, note = requested, ""
     if requested == "auto":
@@ -105,9 +110,10 @@ def init(arch: str | None = None) -> Backend:
         reason = cuda_unavailable_reason()
         if reason:
             raise UserError(f"backend cuda is not available: {reason}")
-    if _current is not None and _current.name == name:
+    if _current is not None and _current.name == name and _profiling == kernel_profiler:
         return _current
-    _start(name)
+    _start(name, kernel_profiler)
+    _profiling = kernel_profiler
     actual = _arch_in_use()
     if actual != name:
         raise UserError(f"backend {name} was requested but Taichi started {actual} (is TI_ARCH set?)")

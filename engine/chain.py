@@ -6,24 +6,22 @@ engine.kernels.affine.sum_into) recorded on an engine.autodiff.tape.Tape.
 from __future__ import annotations
 
 import numpy as np
-import taichi as ti
 
 from engine.autodiff.gradcheck import gradcheck
 from engine.autodiff.tape import Tape
-from engine.fields import FieldGroup
+from engine.fields import FieldGroup, taichi_float
 from engine.kernels.affine import affine, sum_into
 from engine.kernels.chain import sin_map
 from engine.launch import launch
 
 A, B = 2.0, 0.5
-_DTYPES = {np.dtype(np.float32): ti.f32, np.dtype(np.float64): ti.f64}
 
 
 class ChainProblem:
     """Fields for one chain of `n` elements in float32 or float64."""
 
     def __init__(self, n: int, dtype: np.dtype = np.float32):
-        ti_dtype = _DTYPES[np.dtype(dtype)]
+        ti_dtype = taichi_float(dtype)
         self.group = FieldGroup()
         self.x, self.y, self.z = (self.group.field(ti_dtype, (n,), needs_grad=True) for _ in range(3))
         self.loss = self.group.field(ti_dtype, (), needs_grad=True)

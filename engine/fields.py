@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import taichi as ti
+
+_TAICHI_DTYPES = {np.dtype(np.float32): ti.f32, np.dtype(np.float64): ti.f64}
+
+
+def taichi_float(dtype: np.dtype) -> Any:
+    """The Taichi float type of a numpy float32/float64 dtype."""
+    return _TAICHI_DTYPES[np.dtype(dtype)]
 
 
 class FieldGroup:

@@ -290,12 +290,10 @@ def run_app(options: AppOptions) -> AppRun:
 
 def _save_screenshot(path: str) -> None:
     from imgui_bundle import hello_imgui
-    from PIL import Image
 
-    from engine import atomic
+    from engine.image_io import write_png
 
     pixels = hello_imgui.final_app_window_screenshot()
     if pixels is None or pixels.size == 0:
         raise UserError(f"--screenshot {path}: the window closed before a frame was drawn")
-    with atomic.atomic_path(path) as tmp:
-        Image.fromarray(pixels[..., :3]).save(tmp, format="PNG")
+    write_png(path, pixels[..., :3])
