@@ -11,6 +11,7 @@ renderer sets every other piece of state it needs itself.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 
 import moderngl
@@ -60,6 +61,18 @@ void main() { frag = color; }
 MESH_COLOR = (0.95, 0.62, 0.25, 1.0)  # the fitted mesh
 TARGET_COLOR = (0.45, 0.75, 1.0, 0.35)  # the target's wireframe
 BACKGROUND = (0.11, 0.12, 0.14, 1.0)
+GL_SAMPLES = 0x80A9
+
+
+def window_samples() -> int:
+    """Samples per pixel of the current context's window framebuffer (0: not multisampled).
+
+    moderngl has no generic glGet, so this asks libGL directly; the app checks it because
+    a multisampled window costs llvmpipe two thirds of its frame rate.
+    """
+    samples = ctypes.c_int(-1)
+    ctypes.CDLL("libGL.so.1").glGetIntegerv(GL_SAMPLES, ctypes.byref(samples))
+    return samples.value
 
 
 def texture_ref(texture: moderngl.Texture) -> imgui.ImTextureRef:
@@ -148,6 +161,7 @@ class Gfx:
 
     def __init__(self):
         self.ctx = moderngl.create_context()  # wraps hello_imgui's current context
+        self.window_samples = window_samples()
         self._textures: dict[str, tuple[int, moderngl.Texture]] = {}
         self.mesh_view = MeshView(self.ctx)
 

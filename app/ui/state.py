@@ -56,6 +56,11 @@ class RaymarchView:
     linear_request: dict | None = None  # the render request that produced `linear`
     error: str = ""  # why the last frame failed, shown in the panel; "" after a good frame
 
+    def timing(self) -> str:
+        """The last frame's render time as shown to the user ("2185 ms/frame (incl. compiling)")."""
+        compiled = " (incl. compiling)" if self.frames_rendered == 1 else ""  # a worker's first frame compiles
+        return f"{self.ms_per_frame:.0f} ms/frame{compiled}"
+
 
 @dataclass
 class FitView:
@@ -128,6 +133,7 @@ class AppState:
     backend_note: str = ""  # why `auto` did not get CUDA, if it did not
     taichi_version: str = ""
     gl_renderer: str = ""  # the OpenGL renderer drawing the window (llvmpipe under Xvfb)
+    gl_samples: int = -1  # samples per pixel of the window (0: no MSAA, which llvmpipe cannot afford)
     primary_status: str = "starting"  # "starting", "ready", "compiling", "unavailable: <why>"
     warmup: list[str] = field(default_factory=list)  # what is compiling/starting now, for the status bar
     errors: list[str] = field(default_factory=list)  # shown in the window until dismissed

@@ -51,8 +51,7 @@ def _frame_caption(state: AppState) -> str:
         return f"{backend}: waiting for the first frame"
     height, width = view.image.shape[:2]
     quality = "full" if view.image_is_full else "preview"
-    compiled = " (incl. compiling)" if view.frames_rendered == 1 else ""  # a worker's first frame compiles the kernel
-    timing = f" | {view.ms_per_frame:.0f} ms/frame{compiled}" if state.show_timings else ""
+    timing = f" | {view.timing()}" if state.show_timings else ""
     return f"{backend} | {width}x{height} {quality}{timing}"
 
 
