@@ -273,6 +273,17 @@ def test_no_display_is_one_line_and_exit_2():
     assert result.stderr.strip() == "error: no display: use --headless or run under Xvfb"
 
 
+@needs_display
+def test_display_check_holds_its_connection():
+    # closing it let xvfb-run's server reset (no -noreset) under the window about to open: half of
+    # back-to-back `xvfb-run python -m app` runs failed with "cannot open DISPLAY"
+    from app.ui import app as ui_app
+
+    ui_app.require_display()
+    ui_app.require_display()
+    assert len(ui_app._held_display) == 1 and ui_app._held_display[0]
+
+
 @pytest.mark.parametrize("args, words", [
     (("--panel", "bogus"), "--panel 'bogus'"),
     (("--size", "12x"), "--size '12x'"),

@@ -44,13 +44,19 @@ class AppOptions:
     play: bool = False  # with start_fit: press Play on the timeline too (frames render while the fit runs)
 
 
+_held_display: list = []  # the checked X connection, open until the process exits (see require_display)
+
+
 def require_display() -> None:
     """Fail in one line when there is no display to open a window on.
 
     An X display named by $DISPLAY is opened once with Xlib (through ctypes, when libX11 is
     there) so that a stale $DISPLAY fails here, in one line, instead of deep inside GLFW.
+    The connection stays open: an X server started without -noreset (xvfb-run's default)
+    resets when its last client disconnects, and a window opened during that reset fails
+    (measured: half of back-to-back `xvfb-run python -m app` runs, when this closed it).
     """
-    if os.environ.get("WAYLAND_DISPLAY"):
+    if os.environ.get("WAYLAND_DISPLAY") or _held_display:
         return
     display = os.environ.get("DISPLAY")
     if not display:
@@ -61,11 +67,10 @@ def require_display() -> None:
         return  # no Xlib to ask: let GLFW try
     xlib.XOpenDisplay.restype = ctypes.c_void_p
     xlib.XOpenDisplay.argtypes = [ctypes.c_char_p]
-    xlib.XCloseDisplay.argtypes = [ctypes.c_void_p]
     connection = xlib.XOpenDisplay(display.encode())
     if not connection:
         raise UserError(f"no display: cannot open DISPLAY={display}: use --headless or run under Xvfb")
-    xlib.XCloseDisplay(connection)
+    _held_display.append(connection)
 
 
 def parse_size(text: str) -> tuple[int, int]:

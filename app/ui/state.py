@@ -57,9 +57,8 @@ class RaymarchView:
     error: str = ""  # why the last frame failed, shown in the panel; "" after a good frame
 
     def timing(self) -> str:
-        """The last frame's render time as shown to the user ("2185 ms/frame (incl. compiling)")."""
-        compiled = " (incl. compiling)" if self.frames_rendered == 1 else ""  # a worker's first frame compiles
-        return f"{self.ms_per_frame:.0f} ms/frame{compiled}"
+        """The last frame's render time as shown to the user (the worker compiles before its first frame)."""
+        return f"{self.ms_per_frame:.0f} ms/frame"
 
 
 @dataclass
