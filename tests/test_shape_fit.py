@@ -58,6 +58,18 @@ def test_cli_writes_json_obj_frames_and_plot(ti_cpu, tmp_path):
     assert (tmp_path / "loss.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.parametrize("flags, expected", [
+    ([], (0.03, 0.8, 0.1)),  # the recommended settings (app.scenes.fit_settings)
+    (["--smooth", "0.3"], (0.03, 0.3, 0.3)),  # a given step stays constant unless --smooth-end says otherwise
+    (["--smooth-end", "0.2", "--lr", "0.01"], (0.01, 0.8, 0.2)),
+])
+def test_cli_defaults_to_the_recommended_schedule(ti_cpu, tmp_path, flags, expected):
+    assert cli_main(["fit", "--target", "blob", "--subdiv", "1", "--iters", "2", "--samples", "200",
+                     "--arch", "cpu", "--out", str(tmp_path), *flags]) == 0
+    record = json.loads((tmp_path / "fit.json").read_text())
+    assert (record["lr"], record["smooth"], record["smooth_end"]) == expected
+
+
 @pytest.mark.parametrize("flags, words", [
     (["--target", "nosuch"], "unknown target 'nosuch'"),
     (["--target", "blob", "--subdiv", "6"], "--subdiv must be an integer in 0..5"),

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import time
 
-from app.scenes.shape_fit import REAL_TARGETS, ShapeFit
+from app.scenes.fit_settings import (RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END,
+                                     REAL_TARGETS)
+from app.scenes.shape_fit import ShapeFit
 
-SUBDIV, LR, SMOOTH, SMOOTH_END, ITERS = 4, 0.03, 0.8, 0.1, 400
+SUBDIV = 4
+LR, SMOOTH, SMOOTH_END, ITERS = RECOMMENDED_LR, RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END, RECOMMENDED_ITERS
 MIN_ORDERS = 2.5
 
 

@@ -3,7 +3,7 @@
 The reusable loop the CLI, the headless claims and the GUI drive:
 
     fit = ShapeFit("spot", subdiv=4, lr=0.01, smooth=0.2, seed=0)   # a name or any mesh path
-    fit = ShapeFit("blub", subdiv=4, lr=0.03, smooth=0.8, smooth_end=0.1, schedule_iters=400)
+    fit = ShapeFit("blub", subdiv=4, lr=0.03, smooth=0.8, smooth_end=0.1, schedule_iters=400)  # the recommended
     for _ in range(400):
         loss = fit.step()          # one iteration; returns the loss before the update
     fit.losses                     # every loss so far (list of float)
@@ -29,6 +29,7 @@ source starts as the unit icosphere.
 
 CLI: python -m app fit --target NAME|PATH [--subdiv S] [--iters N] [--lr LR] [--smooth L]
      [--smooth-end L1] [--samples N] [--seed S] [--arch A] [--out DIR] [--dump-every K]
+(defaults: the recommended settings of app.scenes.fit_settings)
 writes DIR/fit.json, DIR/final.obj, DIR/loss.png and every K iterations DIR/frames/iter_NNNNN.obj.
 """
 from __future__ import annotations
@@ -41,6 +42,8 @@ from pathlib import Path
 import numpy as np
 import taichi as ti
 
+from app.scenes.fit_settings import (RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END,
+                                     REAL_TARGETS, TARGETS)
 from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
 from engine.chamfer import ChamferLoss, LaplacianSmoother
@@ -50,8 +53,6 @@ from engine.mesh_io import Mesh, load_mesh, make_mesh, write_obj
 from engine import meshgen
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
-REAL_TARGETS = ("spot", "blub", "penguin")
-TARGETS = ("blob", "torus", *REAL_TARGETS)
 MAX_SUBDIV = 5  # 10,242 vertices
 
 
@@ -195,12 +196,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", required=True, metavar="NAME|PATH",
                         help=f"{', '.join(TARGETS)}, or an OBJ/PLY/STL/OFF/GLB file")
     parser.add_argument("--subdiv", type=int, default=3, help=f"icosphere subdivision 0..{MAX_SUBDIV} (default 3: 642 vertices)")
-    parser.add_argument("--iters", type=int, default=200, help="iterations (default 200)")
-    parser.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
-    parser.add_argument("--smooth", type=float, default=0.0, metavar="LAMBDA",
-                        help="Laplacian shrink-wrap step after each update, 0..1 (default 0: off)")
+    parser.add_argument("--iters", type=int, default=RECOMMENDED_ITERS, help=f"iterations (default {RECOMMENDED_ITERS})")
+    parser.add_argument("--lr", type=float, default=RECOMMENDED_LR, help=f"Adam learning rate (default {RECOMMENDED_LR})")
+    parser.add_argument("--smooth", type=float, default=None, metavar="LAMBDA",
+                        help="Laplacian shrink-wrap step after each update, 0..1, 0 for none "
+                             f"(default {RECOMMENDED_SMOOTH}, falling to {RECOMMENDED_SMOOTH_END})")
     parser.add_argument("--smooth-end", type=float, default=None, metavar="LAMBDA1",
-                        help="let the step fall linearly from --smooth to this over --iters (default: constant)")
+                        help="let the step fall linearly from --smooth to this over --iters "
+                             "(default: constant when --smooth is given)")
     parser.add_argument("--samples", type=int, default=None, help="target surface samples (default: max(4096, 2 F))")
     parser.add_argument("--seed", type=int, default=0, help="seed of the target samples (default 0)")
     add_arch_argument(parser)
@@ -216,6 +219,9 @@ def main(argv: list[str]) -> int:
     from engine.progress import bar
 
     args = _parser().parse_args(argv)
+    if args.smooth is None:
+        args.smooth = RECOMMENDED_SMOOTH
+        args.smooth_end = RECOMMENDED_SMOOTH_END if args.smooth_end is None else args.smooth_end
     if args.iters < 1:
         raise UserError(f"--iters must be at least 1, got {args.iters}")
     if args.dump_every < 0:

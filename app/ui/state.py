@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-FIT_TARGETS = ("blob", "torus", "spot", "blub", "penguin")  # built-in targets; any mesh file may be opened too
+from app.scenes.fit_settings import RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END
+from app.scenes.fit_settings import TARGETS as FIT_TARGETS  # built-in targets; any mesh file may be opened too
 PANELS = ("raymarch", "fit", "parity", "tape")  # the dockable panels, by --panel name
 
 
@@ -68,14 +69,12 @@ class FitView:
     target: str = "spot"  # one of FIT_TARGETS or a mesh file path
     path_input: str = ""  # the path typed (or picked) for "Open"
     dialog: object | None = None  # an open portable_file_dialogs.open_file, polled each frame until it answers
-    # Defaults: the settings measured best on the real targets (docs/RESULTS.md, claim real_mesh_fit):
-    # lr 0.03 and a Laplacian shrink-wrap step falling linearly from 0.8 to 0.1 over the run.
     subdiv: int = 3
-    lr: float = 0.03
-    smooth: float = 0.8
-    smooth_end: float = 0.1
+    lr: float = RECOMMENDED_LR  # the settings measured best on the real targets (app.scenes.fit_settings)
+    smooth: float = RECOMMENDED_SMOOTH
+    smooth_end: float = RECOMMENDED_SMOOTH_END
     running: bool = False  # Start/Pause: the controller steps the fit while True
-    max_iterations: int = 400  # Start stops here (the fit has converged well before on every built-in target)
+    max_iterations: int = RECOMMENDED_ITERS  # Start stops here (and the smoothing schedule ends here)
     iteration: int = 0
     losses: list[float] = field(default_factory=list)
     iterations_per_s: float = 0.0

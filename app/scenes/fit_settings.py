@@ -1,0 +1,13 @@
+"""The shape fit's built-in targets and recommended settings, without Taichi (the UI process imports them).
+
+The recommended settings were measured best on the real targets (docs/RESULTS.md, claim
+`real_mesh_fit`): Adam lr 0.03 and a Laplacian shrink-wrap step falling linearly from 0.8
+to 0.1 over 400 iterations. The `fit` CLI, the desktop app and the claim start from them.
+"""
+REAL_TARGETS = ("spot", "blub", "penguin")
+TARGETS = ("blob", "torus", *REAL_TARGETS)
+
+RECOMMENDED_LR = 0.03
+RECOMMENDED_SMOOTH = 0.8
+RECOMMENDED_SMOOTH_END = 0.1
+RECOMMENDED_ITERS = 400
