@@ -108,12 +108,15 @@ def _script(records: dict, files: dict):
         _wait(ctx, lambda: fit.exported == str(files["export"]), "the exported OBJ")
 
         ctx.set_ref("Shape fit")
-        ctx.item_input_value("**/##mesh_path", str(files["tetra"]))
-        ctx.item_click("**/Open")
+        ctx.item_click("**/Browse")  # the in-window file dialog: type the file's path, press Enter
+        ctx.yield_(2)
+        ctx.set_ref("//$FOCUSED")
+        ctx.item_input_value("**/##file_input", str(files["tetra"]))
         _wait(ctx, lambda: fit.ready and not fit.busy and fit.target == str(files["tetra"]), "the opened mesh")
         records["opened"] = (fit.target, None if fit.target_vertices is None else fit.target_vertices.shape)
 
-        ctx.item_input_value("**/##mesh_path", str(files["bad"]))
+        ctx.set_ref("Shape fit")
+        ctx.item_input_value("**/##mesh_path", str(files["bad"]))  # or typed into the panel's path field
         ctx.item_click("**/Open")
         _wait(ctx, lambda: bool(fit.error), "the bad mesh file's error")
         records["bad"] = (fit.error, list(state.errors))

@@ -6,6 +6,7 @@ to 0.1 over 400 iterations. The `fit` CLI, the desktop app and the claim start f
 """
 REAL_TARGETS = ("spot", "blub", "penguin")
 TARGETS = ("blob", "torus", *REAL_TARGETS)
+MAX_SUBDIV = 5  # icosphere subdivision: 10,242 vertices
 
 RECOMMENDED_LR = 0.03
 RECOMMENDED_SMOOTH = 0.8

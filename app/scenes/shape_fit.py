@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 import taichi as ti
 
-from app.scenes.fit_settings import (RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END,
-                                     REAL_TARGETS, TARGETS)
+from app.scenes.fit_settings import (MAX_SUBDIV, RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH,
+                                     RECOMMENDED_SMOOTH_END, REAL_TARGETS, TARGETS)
 from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
 from engine.chamfer import ChamferLoss, LaplacianSmoother
@@ -53,7 +53,6 @@ from engine.mesh_io import Mesh, load_mesh, make_mesh, write_obj
 from engine import meshgen
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
-MAX_SUBDIV = 5  # 10,242 vertices
 
 
 def load_target(target: str | Path) -> Mesh:

@@ -68,7 +68,6 @@ class FitView:
 
     target: str = "spot"  # one of FIT_TARGETS or a mesh file path
     path_input: str = ""  # the path typed (or picked) for "Open"
-    dialog: object | None = None  # an open portable_file_dialogs.open_file, polled each frame until it answers
     subdiv: int = 3
     lr: float = RECOMMENDED_LR  # the settings measured best on the real targets (app.scenes.fit_settings)
     smooth: float = RECOMMENDED_SMOOTH

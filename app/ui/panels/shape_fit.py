@@ -3,25 +3,23 @@
 Draws `state.fit`; buttons queue `Command`s (reset, step, export) or flip
 `fit.running`, which the controller turns into worker calls. Changing the target,
 the subdivision, the learning rate or the smoothing restarts the fit with the new
-settings. A mesh file can be picked with the system file dialog (portable_file_dialogs,
-when zenity or kdialog is installed) or typed into the path field.
+settings. A mesh file can be picked with "Browse" (ImFileDialog, drawn by ImGui inside the
+window, so it works wherever the app does, Xvfb included) or typed into the path field.
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
-import shutil
 
 import numpy as np
 from imgui_bundle import imgui, implot
 
 from app.ui.gl import Gfx
+from app.scenes.fit_settings import MAX_SUBDIV
 from app.ui.state import FIT_TARGETS, AppState, Command
 
-MAX_SUBDIV = 5  # app.scenes.shape_fit.MAX_SUBDIV (not imported: it would pull Taichi into the UI process)
-DIALOG_TOOLS = ("zenity", "kdialog", "matedialog", "qarma")  # what portable_file_dialogs drives on Linux
-MESH_FILTERS = ["Mesh files", "*.obj *.ply *.stl *.off *.glb", "All files", "*"]
+DIALOG_KEY = "open_target_mesh"
+MESH_FILTER = "Mesh files (*.obj;*.ply;*.stl;*.off;*.glb){.obj,.ply,.stl,.off,.glb},.*"
 
 
 def reset_command(state: AppState) -> Command:
@@ -82,29 +80,21 @@ def _settings(state: AppState) -> None:
         state.commands.append(reset_command(state))
 
 
-@functools.cache
-def _dialog_available() -> bool:
-    return any(shutil.which(tool) for tool in DIALOG_TOOLS)
-
-
 def _browse(state: AppState) -> bool:
-    """The "Browse" button and the dialog it opens; True once a file was picked."""
-    fit = state.fit
-    available = _dialog_available()
-    imgui.begin_disabled(not available or fit.dialog is not None)
-    if imgui.button("Browse"):
-        from imgui_bundle import portable_file_dialogs as pfd
+    """The "Browse" button and the file dialog it opens (drawn by ImGui, in the window); True once a file was picked."""
+    from imgui_bundle import im_file_dialog
 
-        fit.dialog = pfd.open_file("Open a target mesh", os.getcwd(), MESH_FILTERS)
-    imgui.end_disabled()
-    if not available:
-        imgui.set_item_tooltip("no file dialog tool (zenity or kdialog) installed: type the path and press Open")
-    if fit.dialog is not None and fit.dialog.ready(0):
-        picked, fit.dialog = fit.dialog.result(), None
-        if picked:
-            fit.path_input = fit.target = picked[0]
-            return True
-    return False
+    dialogs = im_file_dialog.FileDialog.instance()
+    if imgui.button("Browse"):
+        folder = os.path.dirname(state.fit.target) if os.path.isfile(state.fit.target) else os.getcwd()
+        dialogs.open(DIALOG_KEY, "Open a target mesh", MESH_FILTER, False, folder)
+    if not dialogs.is_done(DIALOG_KEY):
+        return False
+    picked = dialogs.get_result().path() if dialogs.has_result() else ""
+    dialogs.close()
+    if picked:
+        state.fit.path_input = state.fit.target = picked
+    return bool(picked)
 
 
 def _controls(state: AppState) -> None:
