@@ -306,6 +306,16 @@ def test_cli_does_not_import_imgui():
     assert result.stdout.strip().splitlines()[-1] == "False False"
 
 
+def test_ui_process_does_not_import_taichi():
+    # a kernel launched in the UI process would freeze the window (Taichi holds the GIL): see app.ui.links
+    code = ("import sys, app.ui.app, app.ui.controller, app.ui.gl\n"
+            "from app.ui.panels import parity, raymarch, shape_fit, status, tape\n"
+            "print('taichi' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.stdout.strip().splitlines()[-1] == "False", result.stderr
+
+
 @needs_display
 def test_frames_screenshot_hook(tmp_path):
     """`python -m app --frames N --screenshot PATH --panel raymarch`: a PNG of the window, exit 0."""
