@@ -35,7 +35,11 @@ def backend_worker(arch: str) -> BackendWorker:
     return _workers[arch]
 
 
-@pytest.fixture(params=["cpu", "vulkan", pytest.param("cuda", marks=pytest.mark.cuda)])
+CUDA = pytest.param("cuda", marks=pytest.mark.cuda)  # an arch parameter: runs with `-m cuda`, skips without a GPU
+OTHER_ARCHS = ["vulkan", CUDA]  # the backends a test in the cpu process compares itself against
+
+
+@pytest.fixture(params=["cpu", "vulkan", CUDA])
 def worker(request) -> BackendWorker:
     """A worker on each backend in turn."""
     return backend_worker(request.param)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import taichi as ti
 
-from tests.conftest import backend_worker
+from tests.conftest import OTHER_ARCHS, backend_worker
 
 N = 16
 Params = ti.types.struct(scale=ti.f32, shift=ti.math.vec2, steps=ti.i32)
@@ -181,10 +181,11 @@ def test_native_equals_plain_on_cpu(ti_cpu, fresh_context):
     _assert_cases_equal(dispatch_cases(fresh_context))
 
 
+@pytest.mark.parametrize("arch", OTHER_ARCHS)
 @pytest.mark.parametrize("fresh_context", [None, True], ids=["reused-context", "fresh-context"])
-def test_native_equals_plain_on_vulkan(fresh_context):
+def test_native_equals_plain_on_other_backends(arch, fresh_context):
     inputs = {} if fresh_context is None else {"fresh_context": np.array(fresh_context)}
-    _assert_cases_equal(backend_worker("vulkan").call("tests.test_dispatch:dispatch_cases", **inputs))
+    _assert_cases_equal(backend_worker(arch).call("tests.test_dispatch:dispatch_cases", **inputs))
 
 
 def test_native_kernel_rebinds_on_new_fields_and_updates_scalars(ti_cpu):

@@ -8,6 +8,7 @@ from engine.fields import FieldGroup
 from engine.kernels.affine import affine, sum_into
 from engine.kernels.losses import l2_loss
 from engine.launch import custom, launch
+from tests.conftest import OTHER_ARCHS
 from tests.test_tape import cube_by_loop
 
 
@@ -100,11 +101,12 @@ def l2_gradcheck_here(x: np.ndarray, target: np.ndarray) -> dict:
     return {"passed": np.array(report.passed), "max_abs_err": np.array(report.max_abs_err)}
 
 
-def test_gradcheck_runs_in_float64_on_vulkan():
+@pytest.mark.parametrize("arch", OTHER_ARCHS)
+def test_gradcheck_runs_in_float64_on_other_backends(arch):
     """Vulkan has f64 arithmetic (not f64 sin/cos: see docs/DESIGN.md), enough for the L2 loss."""
     from tests.conftest import backend_worker
 
     rng = np.random.default_rng(5)
-    out = backend_worker("vulkan").call("tests.test_gradcheck:l2_gradcheck_here", x=rng.normal(size=(4, 3)),
+    out = backend_worker(arch).call("tests.test_gradcheck:l2_gradcheck_here", x=rng.normal(size=(4, 3)),
                                         target=rng.normal(size=(4, 3)))
     assert bool(out["passed"]) and float(out["max_abs_err"]) < 1e-8

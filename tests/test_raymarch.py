@@ -1,4 +1,4 @@
-"""The ray-marched frame: image sanity at a small size, cpu vs vulkan parity, bad sizes."""
+"""The ray-marched frame: image sanity at a small size, cpu vs vulkan (and cuda) parity, bad sizes."""
 import subprocess
 import sys
 
@@ -11,6 +11,7 @@ from engine import image_io
 from engine.errors import UserError
 from engine.kernels.raymarch import TILE_HALF
 from engine.render import MAX_DEPTH, Camera, check_size, pack
+from tests.conftest import OTHER_ARCHS
 
 W, H = 256, 128
 
@@ -67,13 +68,14 @@ def test_aov_images_encode(frame):
     assert image_io.heatmap(frame["steps"], 0, 160).shape == (H, W, 3)
 
 
+@pytest.mark.parametrize("arch", OTHER_ARCHS)
 @pytest.mark.parametrize("t", [0.0, 0.5, 1.0])
-def test_cpu_and_vulkan_agree(t):
+def test_cpu_and_other_backends_agree(arch, t):
     from tests.conftest import backend_worker
 
     inputs = {"t": t, "width": 128, "height": 64}
     a = backend_worker("cpu").call("raymarch_frame", **inputs)["rgb"]
-    b = backend_worker("vulkan").call("raymarch_frame", **inputs)["rgb"]
+    b = backend_worker(arch).call("raymarch_frame", **inputs)["rgb"]
     share, max_err, _ = pixel_parity(a, b)
     assert share >= 0.9995 and max_err <= 5e-2, (share, max_err)
 

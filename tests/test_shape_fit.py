@@ -9,7 +9,7 @@ from app.cli import main as cli_main
 from app.scenes.shape_fit import ShapeFit, fit_gradient_at, load_target
 from engine.mesh_io import load_mesh, write_obj
 from engine.meshgen import icosphere
-from tests.conftest import backend_worker
+from tests.conftest import OTHER_ARCHS, backend_worker
 
 
 def test_short_fit_lowers_the_loss(ti_cpu):
@@ -99,7 +99,7 @@ def _state(seed: int) -> np.ndarray:
     return (v * (0.9 + 0.2 * np.random.default_rng(seed).random((len(v), 1)))).astype(np.float32)
 
 
-@pytest.mark.parametrize("arch", ["vulkan"])
+@pytest.mark.parametrize("arch", OTHER_ARCHS)
 def test_gradients_agree_across_backends_and_repeat_bit_for_bit(ti_cpu, arch):
     inputs = dict(target=np.array("blob"), subdiv=np.array(1), n_samples=np.array(300), seed=np.array(0))
     worker = backend_worker(arch)

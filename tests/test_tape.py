@@ -16,7 +16,7 @@ from engine.fields import FieldGroup
 from engine.kernels.affine import affine, sum_into
 from engine.kernels.chain import sin_map
 from engine.launch import custom, launch
-from tests.conftest import backend_worker
+from tests.conftest import OTHER_ARCHS, backend_worker
 
 
 @ti.kernel
@@ -313,14 +313,15 @@ def chain_on_backend(x: np.ndarray) -> dict:
     return run_tape_chain(x)
 
 
-def test_chain_on_cpu_and_vulkan_agree_with_the_analytic_gradient():
+@pytest.mark.parametrize("other", OTHER_ARCHS)
+def test_chain_on_cpu_and_other_backends_agree_with_the_analytic_gradient(other):
     x = np.random.default_rng(3).uniform(-3, 3, 256).astype(np.float32)
     expected = 2 * np.cos(2 * x.astype(np.float64) + 0.5)
-    outs = {arch: backend_worker(arch).call("tests.test_tape:chain_on_backend", x=x) for arch in ("cpu", "vulkan")}
+    outs = {arch: backend_worker(arch).call("tests.test_tape:chain_on_backend", x=x) for arch in ("cpu", other)}
     for arch, out in outs.items():
         assert list(out["launches"]) == ["affine", "sin_map", "sum_into"], arch
         assert np.abs(out["dx"] - expected).max() < 1e-5, arch
-    np.testing.assert_allclose(outs["cpu"]["dx"], outs["vulkan"]["dx"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(outs["cpu"]["dx"], outs[other]["dx"], rtol=0, atol=1e-6)
 
 
 def test_headless_tape_chain_and_sgd_oracle(tmp_path):
