@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check (on a machine with an NVIDIA GPU): install, run the CUDA tests, the acceptance
 # with cuda vs cpu parity, and the GPU benchmarks; logs and report.json go to RESULTS_DIR.
-# Budget: the steps stop themselves within 8.5 minutes (with the wheels; setup.sh may take longer).
+# Budget: the steps stop themselves within 9 minutes (with the wheels; setup.sh may take longer).
 #
 # Two ways to install:
 # - a machine with internet: `scripts/setup.sh --install-only` (a .venv, like everywhere else);
@@ -10,8 +10,13 @@
 #   into /tmp/site, and the system python3 runs the repository from its root.
 # With COPY_DIR, after every step the logs are copied there and the whole RESULTS_DIR archived
 # there as gpu.tar.gz, so a run stopped at its time limit still returns what it finished.
-# On the device tool, from a session with a GPU lent (six files come back, under its limit of 8):
+# On the device tool, from a session with a GPU lent, after `bash scripts/gpu_wheels.sh` here:
+#   run(command='true', carry=['.whl-warp1'])   then the same with '.whl-warp2' and '.whl-warp3',
+#   one right after the other (each part stays in the repository copy there while the machine is
+#   warm, 30 s after a call), then
 #   run(command='bash scripts/gpu_check.sh /tmp/gpu $OUT', carry=['.whl'], timeout_s=560)
+# which joins the parts into Warp's wheel (without all three, the benchmarks time ours only).
+# Six files come back, under the tool's limit of 8.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR="${1:?usage: scripts/gpu_check.sh RESULTS_DIR [COPY_DIR]}"
@@ -32,7 +37,10 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run one step, log it, remember failu
 }
 nvidia-smi >"$OUT_DIR/nvidia-smi.txt" 2>&1 || true
 if compgen -G ".whl/*.whl" >/dev/null; then
-  step install 60 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  if [[ -f .whl-warp1/WHEEL_NAME && -d .whl-warp2 && -d .whl-warp3 ]]; then  # Warp, carried in three parts
+    cat .whl-warp1/part* .whl-warp2/part* .whl-warp3/part* >".whl/$(cat .whl-warp1/WHEEL_NAME)"
+  fi
+  step install 90 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl
   export PYTHONPATH="/tmp/site:$PWD"
   PY=python3
