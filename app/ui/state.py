@@ -131,6 +131,7 @@ class AppState:
     taichi_version: str = ""
     gl_renderer: str = ""  # the OpenGL renderer drawing the window (llvmpipe under Xvfb)
     gl_samples: int = -1  # samples per pixel of the window (0: no MSAA, which llvmpipe cannot afford)
+    fps_cap: float = 0.0  # the frame cap in force (software GL only; 0: none, vsync paces the window)
     primary_status: str = "starting"  # "starting", "ready", "compiling", "unavailable: <why>"
     warmup: list[str] = field(default_factory=list)  # what is compiling/starting now, for the status bar
     errors: list[str] = field(default_factory=list)  # shown in the window until dismissed
