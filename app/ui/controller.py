@@ -164,8 +164,8 @@ class Controller:
                 fit.iterations_per_s = (fit.iteration - self._fit_iterations_at_start) / elapsed
         if fit.iteration >= fit.max_iterations:
             fit.running = False
-        tape = state.tape  # the launches of the fit's last evaluation: iteration k's, before its update
-        tape.iteration = max(fit.iteration - 1, 0)
+        tape = state.tape  # the launches of the batch's first evaluation (the one profiled)
+        tape.iteration = int(out["tape_iteration"])
         tape.names = [str(name) for name in out["tape_names"]]
         tape.forward_ms = [float(s) * 1e3 for s in out["tape_forward_s"]]
         tape.backward_ms = [float(s) * 1e3 for s in out["tape_backward_s"]]
