@@ -70,6 +70,25 @@ def median_split_order(centroids: np.ndarray, depth: int) -> np.ndarray:
     return order
 
 
+def morton_order(points: np.ndarray, bits: int = 10) -> np.ndarray:
+    """The permutation that puts `points` (N, 3) in Morton (Z-curve) order over their bounding box.
+
+    Queries issued in this order descend mostly the same BVH nodes one after another, so
+    the boxes stay in cache: Chamfer target samples sorted this way make a spot fit
+    14-18 % faster per iteration on the cpu (docs/RESULTS.md). Stable, so equal codes keep
+    their input order. Coordinate k's bit b lands at bit 3b + k of the code.
+    """
+    points = np.asarray(points, dtype=np.float64)
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    cells = (1 << bits) - 1
+    grid = np.clip((points - lo) / np.where(hi > lo, hi - lo, 1.0) * cells, 0, cells).astype(np.uint64)
+    code = np.zeros(len(points), dtype=np.uint64)
+    for bit in range(bits):
+        for axis in range(3):
+            code |= ((grid[:, axis] >> np.uint64(bit)) & np.uint64(1)) << np.uint64(3 * bit + axis)
+    return np.argsort(code, kind="stable")
+
+
 def leaf_starts(n_faces: int, depth: int) -> np.ndarray:
     """First slot of each leaf, plus n_faces at the end: floor(k n / 2^depth)."""
     return ((np.arange((1 << depth) + 1, dtype=np.int64) * n_faces) >> depth).astype(np.int32)

@@ -9,7 +9,7 @@
 The loss is  mean_i |x_i - t(x_i)|^2  +  mean_j |s_j - p(s_j)|^2 :
 (a) each source vertex x_i to its closest point t(x_i) on the target surface, through
 a static BVH over the target; (b) each of `n_samples` target surface samples s_j
-(area-weighted, drawn once per run from `seed`) to its closest point p(s_j) on the
+(area-weighted, drawn once per run from `seed`, kept in Morton order) to its closest point p(s_j) on the
 source surface, through a BVH over the source refitted on the device every iteration
 (and re-sorted on the host every REBUILD_EVERY iterations, which keeps its boxes tight).
 
@@ -26,7 +26,7 @@ import numpy as np
 import taichi as ti
 
 from engine.autodiff.tape import Tape
-from engine.bvh import TriangleBVH
+from engine.bvh import TriangleBVH, morton_order
 from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.kernels import chamfer as k
@@ -92,7 +92,8 @@ class ChamferLoss:
         self.slots = g.field(ti.i32, (3 * n_samples,))
         g.finalize()
         self.faces.from_numpy(np.asarray(faces, dtype=np.int32))
-        self.samples.from_numpy(sample_surface(target, n_samples, seed).astype(np.float32))
+        samples = sample_surface(target, n_samples, seed)
+        self.samples.from_numpy(samples[morton_order(samples)].astype(np.float32))  # coherent queries: faster
         self.source_bvh: TriangleBVH | None = None
         self.target_bvh: TriangleBVH | None = None
         self.rebuild_every = rebuild_every

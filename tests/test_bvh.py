@@ -258,3 +258,18 @@ def test_distances_match_an_independent_float64_oracle(ti_cpu):
     # float32 arithmetic: |d2 - exact| within a few ulps of the coordinates times the distance
     np.testing.assert_allclose(found["dist2"], exact, rtol=1e-5, atol=1e-9)
     bvh.destroy()
+
+
+def test_morton_order_is_the_z_curve():
+    from engine.bvh import morton_order
+
+    corners = np.array([(x, y, z) for z in (0, 1) for y in (0, 1) for x in (0, 1)], dtype=float)[::-1]
+    ordered = corners[morton_order(corners, bits=1)]
+    # code = x + 2y + 4z for one bit per axis
+    np.testing.assert_array_equal(ordered @ np.array([1, 2, 4]), np.arange(8))
+    points = np.random.default_rng(0).normal(size=(1000, 3))
+    order = morton_order(points)
+    assert sorted(order) == list(range(1000))
+    # neighbours along the curve are closer than random pairs, on average
+    along = np.linalg.norm(np.diff(points[order], axis=0), axis=1).mean()
+    assert along < 0.5 * np.linalg.norm(np.diff(points, axis=0), axis=1).mean()
