@@ -19,6 +19,7 @@ dimmed actual image) next to the actual image. UPDATE_GOLDEN=1 rewrites the gold
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -291,6 +292,24 @@ def test_display_check_holds_its_connection():
     ui_app.require_display()
     ui_app.require_display()
     assert len(ui_app._held_display) == 1 and ui_app._held_display[0]
+
+
+@pytest.mark.skipif(shutil.which("xvfb-run") is None, reason="needs xvfb-run (Debian package xvfb)")
+def test_display_without_opengl_is_one_line_and_exit_2():
+    result = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 640x480x24 -extension GLX", sys.executable, "-m", "app",
+                             "--arch", "cpu", "--frames", "1"], capture_output=True, text=True, timeout=300,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1].startswith("error: no OpenGL on DISPLAY=") and "Traceback" not in result.stderr
+
+
+@needs_display
+def test_opengl_too_old_for_the_window_is_one_line_and_exit_2():
+    env = {**os.environ, "MESA_GL_VERSION_OVERRIDE": "2.1"}  # Mesa then offers no 3.3 core context
+    result = _app("--arch", "cpu", "--frames", "1", env=env)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1].startswith("error: cannot open an OpenGL 3.3 window:")
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("args, words", [

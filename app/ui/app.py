@@ -72,6 +72,11 @@ def require_display() -> None:
     if not connection:
         raise UserError(f"no display: cannot open DISPLAY={display}: use --headless or run under Xvfb")
     _held_display.append(connection)
+    opcode, event, error = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    xlib.XQueryExtension.argtypes = [ctypes.c_void_p, ctypes.c_char_p] + [ctypes.POINTER(ctypes.c_int)] * 3
+    if not xlib.XQueryExtension(connection, b"GLX", ctypes.byref(opcode), ctypes.byref(event), ctypes.byref(error)):
+        raise UserError(f"no OpenGL on DISPLAY={display} (its X server has no GLX extension): "
+                        "use --headless, or an X server with GLX (Xvfb has it by default)")
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -295,6 +300,12 @@ def run_app(options: AppOptions) -> AppRun:
                         runner_params=params, add_ons_params=addons)
         else:
             immapp.run(params, addons)
+    except RuntimeError as exc:
+        if gfx:  # the window was up: a failure while running, keep its traceback
+            raise
+        reason = str(exc).split('"')[1] if str(exc).count('"') >= 2 else str(exc)
+        raise UserError(f"cannot open an OpenGL 3.3 window: {reason} (needs Mesa's or a GPU's OpenGL; "
+                        "or use --headless)") from None
     finally:
         controller.close()
     run = AppRun(0, state)
