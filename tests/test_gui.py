@@ -303,6 +303,17 @@ def test_display_without_opengl_is_one_line_and_exit_2():
     assert result.stderr.splitlines()[-1].startswith("error: no OpenGL on DISPLAY=") and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("flag", ["--arch", "--parity-arch"])
+def test_explicit_cuda_without_gpu_is_one_line_and_exit_2(flag):
+    from engine import backend
+
+    if backend.cuda_unavailable_reason() is None:
+        pytest.skip("a GPU is present: cuda does start here")
+    result = _app(flag, "cuda", "--frames", "1")
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error: backend cuda is not available:") and result.stderr.count("\n") == 1
+
+
 @needs_display
 def test_opengl_too_old_for_the_window_is_one_line_and_exit_2():
     env = {**os.environ, "MESA_GL_VERSION_OVERRIDE": "2.1"}  # Mesa then offers no 3.3 core context

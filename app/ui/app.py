@@ -141,6 +141,8 @@ def resolve_archs(arch: str | None, parity_arch: str | None) -> tuple[str, str]:
     parity = backend.requested_arch(parity_arch) if parity_arch else default_parity_arch(primary)
     if parity == "auto":
         raise UserError("--parity-arch must name a backend (cuda, vulkan or cpu), not auto")
+    if "cuda" in (requested, parity) and (reason := backend.cuda_unavailable_reason()):
+        raise UserError(f"backend cuda is not available: {reason}")  # as headless says it, before any window
     return requested, parity
 
 
