@@ -97,7 +97,7 @@ class ChamferLoss:
         self.source_bvh: TriangleBVH | None = None
         self.target_bvh: TriangleBVH | None = None
         self.rebuild_every = rebuild_every
-        self._correspondences = 0
+        self.correspondences = 0  # calls of correspond so far: every rebuild_every-th re-sorts the source BVH
 
     def _bvhs(self) -> tuple[TriangleBVH, TriangleBVH]:
         if self.source_bvh is None:  # built on first use: the held-math tests run float64 fields without a BVH
@@ -115,8 +115,8 @@ class ChamferLoss:
 
     def _correspond(self) -> None:
         source, target = self._bvhs()
-        self._correspondences += 1
-        if self.rebuild_every and self._correspondences % self.rebuild_every == 0:
+        self.correspondences += 1
+        if self.rebuild_every and self.correspondences % self.rebuild_every == 0:
             source.rebuild()  # host re-sort: boxes of a tree sorted for the sphere overlap as it deforms
         else:
             source.refit()
@@ -125,6 +125,13 @@ class ChamferLoss:
         source.query(self.samples, self.held_face, self.held_bary, self.query_point, self.query_dist2,
                      self.n_samples)
         self.index_slots()
+
+    def restart_at_current_vertices(self) -> None:
+        """Put the source BVH where a new loss over the current vertices would start: sorted for
+        them, with the re-sort schedule restarted (a reused loss then answers bit for bit as a new one)."""
+        if self.source_bvh is not None:
+            self.source_bvh.rebuild()
+        self.correspondences = 0
 
     def hold(self, held_point: np.ndarray, held_face: np.ndarray, held_bary: np.ndarray) -> None:
         """Set the held correspondences directly (tests: gradients under held correspondence)."""

@@ -1,14 +1,16 @@
 """The desktop app, driven by imgui's test engine under Xvfb (scripts/test.sh provides the display).
 
 One window session (module fixture) runs a script the way a person would use the app:
-wait for live content, Step the fit three times and take the golden screenshot, Start and
-Pause, Reset, move the timeline, orbit and zoom the ray-march view, Play and Pause, export
-the mesh, open a mesh file, open a file that is not a mesh and dismiss the error. The script records what the state said after each action; the tests
-below check those records, one behaviour each. The primary backend is cpu and the parity
+wait for live content, Step the fit three times, wait for the live gradient comparison of
+iteration 3 and take the golden screenshot, Start and Pause (and wait for the comparison
+to catch up), Reset, move the timeline, orbit and zoom the ray-march view, Play and Pause,
+export the mesh, open a mesh file through the file dialog, open a file that is not a mesh
+and dismiss the error. The script records what the state said after each action; the
+tests below check those records, one behaviour each. The primary backend is cpu and the parity
 backend vulkan (lavapipe), as on a machine without a GPU.
 
 Golden screenshot: `tests/golden/app_1280x800.png`, the whole window after three Steps
-with timing text switched off (`AppOptions.show_timings=False`). The ray-march image itself
+and their gradient comparison, with timing text switched off (`AppOptions.show_timings=False`). The ray-march image itself
 is masked out: the renderer's own tests pin its pixels, and a change of its palette must not
 fail the app's layout test (the `--frames` hook test checks that the view shows a scene).
 A pixel differs when any
@@ -64,6 +66,8 @@ def _script(records: dict, files: dict):
             ctx.item_click("**/Step")
             _wait(ctx, lambda: fit.iteration == expected, f"iteration {expected} after Step")
         records["after_steps"] = (fit.iteration, list(fit.losses), list(state.tape.names))
+        # the golden shows the gradient comparison of iteration 3 (it lands a few seconds later)
+        _wait(ctx, lambda: "iteration 3 " in state.parity.grad_summary, "the gradient comparison at iteration 3")
         ctx.mouse_move_to_pos(imgui.ImVec2(1279, 799))  # park the pointer: no hover highlight in the golden
         ctx.yield_(3)
         rect = ctx.item_info("//Ray march/**/##raymarch_view").rect_full
@@ -80,6 +84,9 @@ def _script(records: dict, files: dict):
         paused_at = fit.iteration
         ctx.yield_(20)
         records["paused"] = (paused_at, fit.iteration)
+        _wait(ctx, lambda: f"iteration {fit.iteration} " in state.parity.grad_summary,
+              "the live gradient comparison to reach the paused iteration")
+        records["grad_summary"] = state.parity.grad_summary
 
         ctx.item_click("**/Reset")
         _wait(ctx, lambda: fit.ready and not fit.busy and fit.iteration == 0 and not fit.losses, "the reset fit")
@@ -177,6 +184,12 @@ def test_start_runs_and_pause_stops(session):
     assert records["running"] is True and records["paused_flag"] is False
     paused_at, later = records["paused"]
     assert later == paused_at  # nothing runs after Pause once the batch in flight has landed
+
+
+@needs_display
+def test_gradients_are_compared_live_across_backends(session):
+    summary = session[0]["grad_summary"]
+    assert "agree" in summary and "100.00 % within" in summary, summary
 
 
 @needs_display

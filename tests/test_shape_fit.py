@@ -113,3 +113,42 @@ def test_gradients_agree_across_backends_and_repeat_bit_for_bit(ti_cpu, arch):
         assert np.abs(here["grad"] - there["grad"]).max() <= 1e-4 * scale
         assert there["loss"] == pytest.approx(here["loss"], rel=1e-5)
         assert int(there["misses"]) == 0
+
+
+def test_gradient_at_reuses_its_fit_and_answers_as_a_new_one(ti_cpu):
+    import app.scenes.shape_fit as shape_fit
+
+    def tree_order() -> np.ndarray:
+        return shape_fit._gradient_fit[1].loss.source_bvh.order.to_numpy()
+
+    inputs = dict(target=np.array("blob"), subdiv=np.array(1), n_samples=np.array(300), seed=np.array(0))
+    shape_fit._gradient_fit = None
+    fresh = fit_gradient_at(vertices=_state(2), **inputs)
+    fresh_order = tree_order()
+    shape_fit._gradient_fit = None
+    fit_gradient_at(vertices=_state(0), **inputs)
+    kept, first_order = shape_fit._gradient_fit[1], tree_order()
+    fit_gradient_at(vertices=_state(1), **inputs)
+    again = fit_gradient_at(vertices=_state(2), **inputs)
+    assert shape_fit._gradient_fit[1] is kept
+    assert not np.array_equal(first_order, fresh_order)  # the states sort differently: the check below bites
+    np.testing.assert_array_equal(tree_order(), fresh_order)  # re-sorted for the vertices given, as a new fit
+    np.testing.assert_array_equal(again["grad"], fresh["grad"])
+    assert again["loss"] == fresh["loss"]
+
+
+def test_looking_at_the_gradient_does_not_change_the_fit(ti_cpu):
+    from engine.chamfer import REBUILD_EVERY
+
+    plain = ShapeFit("blob", subdiv=1, lr=0.03, n_samples=300)
+    looked = ShapeFit("blob", subdiv=1, lr=0.03, n_samples=300)
+    for i in range(REBUILD_EVERY + 5):
+        plain.step()
+        if i in (0, REBUILD_EVERY - 2, REBUILD_EVERY - 1):  # looks that land on a re-sort, too
+            looked.gradient()
+        looked.step()
+    assert looked.loss.correspondences == plain.loss.correspondences  # the same re-sort schedule
+    np.testing.assert_array_equal(looked.x.to_numpy(), plain.x.to_numpy())
+    assert looked.losses == plain.losses
+    plain.destroy()
+    looked.destroy()

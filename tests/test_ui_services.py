@@ -13,5 +13,7 @@ def test_a_batch_profiles_its_first_step_only(ti_cpu):
     assert (batch["tape_forward_s"] > 0).all() and (batch["tape_backward_s"] >= 0).all()
     assert services._fit.tape.profile  # left on for evaluations outside a batch
     assert services.fit_gradient()["grad"].shape == (42, 3)  # the subdivision-1 icosphere's vertices
+    done = services.fit_run(max_steps=3, budget_s=10.0, until=5)  # already there: no step, no tape record
+    assert len(done["losses"]) == 0 and int(done["iteration"]) == 5 and "tape_iteration" not in done
     services._fit.destroy()
     services._fit = None

@@ -140,8 +140,13 @@ class ShapeFit:
         return value
 
     def gradient(self) -> np.ndarray:
-        """d loss / d vertices (V, 3) at the current vertices (the GUI's parity view uses it)."""
+        """d loss / d vertices (V, 3) at the current vertices (the GUI's parity view uses it).
+
+        A look, not a step: the fit's re-sort schedule is left where it was, so the fit runs
+        the same whether or not, and whenever, its gradient is looked at."""
+        calls = self.loss.correspondences
         self.evaluate()
+        self.loss.correspondences = calls
         return self.x.grad.to_numpy()
 
     def vertices(self) -> np.ndarray:
@@ -169,17 +174,31 @@ class ShapeFit:
         self.group.destroy()
 
 
+_gradient_fit: tuple[tuple, "ShapeFit"] | None = None  # (key, fit) of fit_gradient_at, kept for the next call
+
+
 def fit_gradient_at(target: np.ndarray, subdiv: np.ndarray, n_samples: np.ndarray, seed: np.ndarray,
                     vertices: np.ndarray) -> dict[str, np.ndarray]:
     """Parity computation: the Chamfer loss and its gradient for the fit's source mesh placed at
     `vertices` (V, 3), with the fit's target samples. Backend A runs the fit to iteration k and
     backend B evaluates at A's vertices, so the check compares gradients, not two trajectories
-    (Adam amplifies last-bit differences: after 100 iterations two backends' meshes differ by ~1e-3)."""
-    fit = ShapeFit(str(target), int(subdiv), n_samples=int(n_samples) or None, seed=int(seed))
+    (Adam amplifies last-bit differences: after 100 iterations two backends' meshes differ by ~1e-3).
+
+    The fit is kept for the next call with the same target, subdivision, samples and seed (the
+    app compares gradients every few seconds; a new fit costs seconds of set-up), and restarted
+    at `vertices`, so each answer is bit for bit what a new fit would give."""
+    global _gradient_fit
+    program = id(ti.lang.impl.get_runtime().prog)  # a re-initialised Taichi has freed the kept fit's fields
+    key = (str(target), int(subdiv), int(n_samples), int(seed), program)
+    if _gradient_fit is None or _gradient_fit[0] != key:
+        if _gradient_fit is not None and _gradient_fit[0][-1] == program:
+            _gradient_fit[1].destroy()
+        _gradient_fit = None  # a failed set-up keeps nothing
+        _gradient_fit = (key, ShapeFit(key[0], key[1], n_samples=key[2] or None, seed=key[3]))
+    fit = _gradient_fit[1]
     fit.x.from_numpy(np.asarray(vertices, np.float32))
-    out = {"loss": np.array(fit.evaluate()), "grad": fit.x.grad.to_numpy(), "misses": np.array(fit.misses())}
-    fit.destroy()
-    return out
+    fit.loss.restart_at_current_vertices()
+    return {"loss": np.array(fit.evaluate()), "grad": fit.x.grad.to_numpy(), "misses": np.array(fit.misses())}
 
 
 class _Parser(argparse.ArgumentParser):

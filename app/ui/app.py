@@ -8,7 +8,7 @@ restores it after rearranging (the layout is remembered in the user's config fol
 
 Test hooks (`--frames N --screenshot PATH [--panel NAME] [--size WxH]`): the N frames
 are counted once the panels have live content (backend started, a full-quality frame
-shown, the fit set up, the first parity comparison done or its worker unavailable),
+shown, the fit set up, the first frame and gradient comparisons done or their worker unavailable),
 so a screenshot never shows a loading screen; then the window closes and the last
 frame is saved as a PNG. `test_function` runs an imgui test-engine test instead.
 """
@@ -102,6 +102,8 @@ def warm_blockers(state) -> list[str]:
     if not (state.parity.share_within is not None or state.parity.status.startswith("unavailable")
             or state.parity.error or state.raymarch.error):
         blockers.append(f"the first parity comparison (parity worker: {state.parity.status})")
+    if not (state.parity.grad_summary or state.parity.status.startswith("unavailable") or state.fit.error):
+        blockers.append("the first gradient comparison")  # set when it lands, or fails
     return blockers
 
 

@@ -11,7 +11,9 @@
    so a slow frame never queues up behind stale ones);
 5. keep the running fit going as the primary link's idle work, so frames (higher
    priority) interleave with fit batches and the view stays interactive;
-6. send the latest full-quality frame to the parity backend when its worker is idle.
+6. send the latest full-quality frame to the parity backend when its worker is idle;
+7. every GRAD_PARITY_EVERY_S, while the fit has moved on, evaluate its gradient on the primary
+   (between batches: the fit keeps running) and again at the same vertices on the parity backend.
 
 The primary backend (`--arch`) runs the renderer and the fit in one worker; the
 parity backend (`--parity-arch`) runs in another. See `app.ui.links`.
@@ -31,6 +33,7 @@ from engine.parity import compare
 SERVICES = "app.ui.services"
 GRAD_RTOL = 1e-3  # gradient parity: max |A - B| within this fraction of max |A| (the brief's rel 1e-3)
 FIT_BATCH_S = 0.05  # a running fit returns to the link this often, so frames can interleave
+GRAD_PARITY_EVERY_S = 2.0  # the live fit's gradients are compared across backends at most this often
 MIN_RENDER_PX = 32
 FIRST_CALLS = {  # a worker's first call of these compiles kernels: the status bar says so meanwhile
     "render_frame": "compiling the ray-march kernel",
@@ -50,7 +53,7 @@ def user_message(error: str) -> str:
 
 def _parity_post(answer: Answer) -> None:
     """Parity link: compare B's answer with A's (carried in the request context), off the UI thread."""
-    reference, atol = answer.request.context
+    reference, atol = answer.request.context[:2]
     if answer.request.slot == "render":
         answer.extra = summarise(reference, answer.outputs["linear"], atol)
     else:
@@ -67,6 +70,9 @@ class Controller:
         self._fit_started: float | None = None  # perf_counter when the running fit's rate window began
         self._fit_iterations_at_start = 0
         self._first_calls = {self.primary: set(FIRST_CALLS), self.parity: set(FIRST_CALLS)}
+        self._grad_in_flight = False  # a gradient comparison is under way (primary, then parity)
+        self._grad_compared_iteration = -1  # the fit iteration whose gradients were last compared
+        self._grad_due = 0.0  # perf_counter time before which no new comparison starts
 
     def start(self, state: AppState) -> None:
         self.primary.start()
@@ -93,6 +99,7 @@ class Controller:
         self._request_frame(state)
         self._keep_fitting(state)
         self._request_parity(state)
+        self._request_grad_parity(state)
 
     def _link_status(self, state: AppState) -> None:
         primary = self.primary.status
@@ -122,6 +129,9 @@ class Controller:
             message = user_message(answer.error)
             if name == "render_frame":
                 state.raymarch.error = message
+            elif name == "fit_gradient":
+                self._grad_in_flight = False
+                state.parity.grad_summary = f"gradient comparison failed: {message}"
             else:
                 state.fit.error, state.fit.running = message, False
             if name == "fit_reset":
@@ -143,6 +153,7 @@ class Controller:
             fit.faces, fit.target_vertices, fit.target_faces = out["faces"], out["target_vertices"], out["target_faces"]
             fit.target_version += 1
             fit.losses, fit.busy, fit.ready, fit.exported, fit.error = [], False, True, "", ""
+            self._grad_compared_iteration = -1
             self._fit_snapshot(state, out)
         elif name in ("fit_run", "fit_step"):
             self._fit_snapshot(state, out)
@@ -150,8 +161,8 @@ class Controller:
             state.fit.exported = str(out["path"])
         elif name == "fit_gradient":
             atol = GRAD_RTOL * float(np.abs(out["grad"]).max())
-            state.parity.grad_summary = f"gradients at iteration {int(out['iteration'])}: waiting for {state.parity_arch}"
-            self.parity.send(Request("grad", "fit_gradient_at", dict(out["at"]), context=(out["grad"], atol)))
+            self.parity.send(Request("grad", "fit_gradient_at", dict(out["at"]),
+                                     context=(out["grad"], atol, int(out["iteration"]))))
 
     def _fit_snapshot(self, state: AppState, out: dict) -> None:
         fit = state.fit
@@ -164,6 +175,8 @@ class Controller:
                 fit.iterations_per_s = (fit.iteration - self._fit_iterations_at_start) / elapsed
         if fit.iteration >= fit.max_iterations:
             fit.running = False
+        if "tape_iteration" not in out:  # a batch that ran no step (the fit was already at its end)
+            return
         tape = state.tape  # the launches of the batch's first evaluation (the one profiled)
         tape.iteration = int(out["tape_iteration"])
         tape.names = [str(name) for name in out["tape_names"]]
@@ -177,15 +190,18 @@ class Controller:
             failed = f"parity comparison failed: {user_message(answer.error)}"
             if answer.request.slot == "grad":
                 view.grad_summary = failed
+                self._grad_in_flight = False
             else:
                 view.error = failed
             state.error(failed)
             return
         if answer.request.slot == "grad":
+            self._grad_in_flight = False
             report = answer.extra["report"]
             verdict = "agree" if report.share_within == 1.0 else "DIFFER"
-            view.grad_summary = (f"fit gradients {verdict} (rel {GRAD_RTOL:g} of max |grad|): "
-                                 f"{report.share_within * 100:.2f} % within, max |A - B| {report.max_abs_err:.3g}")
+            view.grad_summary = (f"fit gradients at iteration {answer.request.context[2]} {verdict} "
+                                 f"(rel {GRAD_RTOL:g} of max |grad|): {report.share_within * 100:.2f} % within, "
+                                 f"max |A - B| {report.max_abs_err:.3g}")
             return
         report = answer.extra["report"]
         inputs = answer.request.inputs
@@ -209,9 +225,8 @@ class Controller:
             self._send_fit(state, "fit_run", {"max_steps": 1, "budget_s": 0.0})
         elif command.kind == "fit_export":
             self._send_fit(state, "fit_export", command.args)
-        elif command.kind == "parity_grad":
-            fit.running = False
-            self._send_fit(state, "fit_gradient", {})
+        elif command.kind == "parity_grad":  # now, whatever the timer says
+            self._grad_due, self._grad_compared_iteration = 0.0, -1
 
     def _send_fit(self, state: AppState, function: str, inputs: dict) -> None:
         if self.primary.status.startswith("unavailable"):
@@ -257,3 +272,12 @@ class Controller:
         state.parity.status = "busy"
         self.parity.send(Request("render", f"{SERVICES}:render_frame", dict(view.linear_request),
                                  context=(view.linear, state.parity.atol)))
+
+    def _request_grad_parity(self, state: AppState) -> None:
+        fit = state.fit
+        if (self._grad_in_flight or not fit.ready or fit.busy or fit.iteration == self._grad_compared_iteration
+                or time.perf_counter() < self._grad_due or self.parity.status != "ready"):
+            return
+        self._grad_in_flight, self._grad_compared_iteration = True, fit.iteration
+        self._grad_due = time.perf_counter() + GRAD_PARITY_EVERY_S
+        self._send_fit(state, "fit_gradient", {})

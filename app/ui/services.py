@@ -66,7 +66,7 @@ def fit_run(max_steps: int, budget_s: float, until: int = 2**31) -> dict:
 
     Only the batch's first step is profiled for the tape panel: profiling syncs after every
     launch (measured on the cpu: 2.85 against 2.57 ms per spot iteration; a GPU's launch queue
-    stalls more)."""
+    stalls more). A batch that ran no step carries no tape record."""
     if _fit is None:
         raise RuntimeError("no fit: reset first")
     started = time.perf_counter()

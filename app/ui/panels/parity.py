@@ -42,6 +42,7 @@ def draw(state: AppState, gfx: Gfx) -> None:
     if imgui.small_button("compare gradients"):
         state.commands.append(Command("parity_grad"))
     imgui.end_disabled()
+    imgui.set_item_tooltip("the fit's gradients are compared every few seconds while it moves; this compares them now")
     if view.error:
         imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), view.error)
     if view.share_within is None:
