@@ -24,8 +24,7 @@ def pixel_parity(a: np.ndarray, b: np.ndarray, atol: float = ATOL) -> tuple[floa
 
 def run(ctx, t: float = T, width: int = WIDTH, height: int = HEIGHT) -> None:
     inputs = {"t": t, "width": width, "height": height}
-    computations.run("raymarch_frame", t=t, width=32, height=32)  # compile (the size does not matter to it)
-    out_a = computations.run("raymarch_frame", **inputs)
+    out_a = computations.run("raymarch_frame", **inputs)  # its ms is the warm render time (see raymarch_frame)
     out_b = ctx.parity.call("raymarch_frame", **inputs)
     a, b = out_a["rgb"], out_b["rgb"]
     share, max_err, err = pixel_parity(a, b)

@@ -186,15 +186,17 @@ def raymarch_frame(t: float, width: int, height: int, azimuth: float = Camera.az
                    elevation: float = Camera.elevation, distance: float = Camera.distance) -> dict[str, np.ndarray]:
     """The parity computation "raymarch_frame": one frame on this process's backend.
 
-    Returns linear RGB, depth, normals and march steps; the renderer (and its compiled
-    kernel) is kept between calls, resized when the size changes.
+    Returns linear RGB, depth, normals and march steps, and `ms`, the render time (never the
+    compile: the first call compiles on a 32x32 frame); the renderer (and its compiled kernel)
+    is kept between calls, resized when the size changes.
     """
     from engine.render import Renderer
 
     global _renderer
     width, height = int(width), int(height)
     if _renderer is None:
-        _renderer = Renderer(width, height)
+        _renderer = Renderer(32, 32)
+        _renderer.render(scene_at(float(t)), Camera())  # compiles (the size does not matter to it)
     _renderer.resize(width, height)
     camera = Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance))
     rgb = _renderer.render(scene_at(float(t)), camera)

@@ -15,7 +15,6 @@ import time
 import numpy as np
 
 _fit = None  # app.scenes.shape_fit.ShapeFit, replaced by every reset
-_renderer_warm = False  # whether this worker's ray-march kernel is compiled
 
 
 def render_frame(t: float, yaw: float, pitch: float, distance: float, width: int, height: int,
@@ -26,13 +25,9 @@ def render_frame(t: float, yaw: float, pitch: float, distance: float, width: int
     `linear=True`, the (H, W, 3) float32 linear image that the parity panel compares
     against the parity backend's "raymarch_frame" output.
     """
-    global _renderer_warm
     from app.scenes.robot_arm import raymarch_frame
     from engine.image_io import srgb8
 
-    if not _renderer_warm:  # compile on a tiny frame first, so that `ms` is always render time
-        raymarch_frame(float(t), 32, 32)
-        _renderer_warm = True
     out = raymarch_frame(float(t), int(width), int(height), azimuth=float(yaw), elevation=float(pitch),
                          distance=float(distance))
     frame = {"srgb": srgb8(out["rgb"]), "ms": out["ms"]}
