@@ -71,12 +71,12 @@ def require_display() -> None:
     connection = xlib.XOpenDisplay(display.encode())
     if not connection:
         raise UserError(f"no display: cannot open DISPLAY={display}: use --headless or run under Xvfb")
-    _held_display.append(connection)
     opcode, event, error = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
     xlib.XQueryExtension.argtypes = [ctypes.c_void_p, ctypes.c_char_p] + [ctypes.POINTER(ctypes.c_int)] * 3
     if not xlib.XQueryExtension(connection, b"GLX", ctypes.byref(opcode), ctypes.byref(event), ctypes.byref(error)):
         raise UserError(f"no OpenGL on DISPLAY={display} (its X server has no GLX extension): "
                         "use --headless, or an X server with GLX (Xvfb has it by default)")
+    _held_display.append(connection)  # only a display that passed: a later call asks again otherwise
 
 
 def parse_size(text: str) -> tuple[int, int]:
