@@ -3,10 +3,10 @@
 The issue-6 goal: at least 30 fps at 1280x800 under Xvfb with Mesa's llvmpipe on 2 cores
 while a shape fit runs. The app opens with its default layout; once every panel shows live
 content the fit is started (with `--play`, the timeline too, so preview frames render
-between the fit's batches) and the next N frames are timed. The app caps itself at
-60 fps on software GL (`app.ui.app.SOFTWARE_GL_FPS_MAX`), so that is the most this can report there. Prints one table row (with
-the window's MSAA samples: 0 expected) and the load average, since other processes on
-the machine change the figure. Needs a display: run under
+between the fit's batches) and the next N frames are timed. The app caps itself at 60 fps
+on software GL (`app.ui.app.SOFTWARE_GL_FPS_MAX`), so that is the most this can report
+there. Prints one table row (with the window's MSAA samples: 0 expected) and the load
+average, since other processes on the machine change the figure. Needs a display: run under
 `xvfb-run -a -s "-screen 0 1280x800x24"`; without one it says so and skips.
 """
 from __future__ import annotations
