@@ -23,8 +23,8 @@ once) and synchronises once; the sides alternate within every repetition so all 
 machine load. Reported: the median throughput over the repetitions and its spread
 ((max - min) / median), process CPU time per query (every thread of this process summed:
 the work per query, which other processes' load barely changes) and CPU / wall (the
-threads a side kept busy). Build: ours is `TriangleBVH.rebuild()` (sort on the host from the
-resident vertex field, upload the order, refit on the device), Warp's the `wp.Mesh`
+threads a side kept busy). Build: ours is `TriangleBVH.rebuild()` (median splits and refit, all
+on the device, from the resident vertex field), Warp's the `wp.Mesh`
 constructor, Open3D's a new scene and its first query (Embree commits lazily), fcpw's
 `build`, libigl's `AABB.init`; refit: ours `refit()`, Warp's and fcpw's `refit()`.
 One query: a one-point call from numpy to numpy (ours: `closest_points`), icosphere.

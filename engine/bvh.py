@@ -39,11 +39,13 @@ from engine.fields import FieldGroup
 from engine.kernels import bvh as kernels
 from engine.kernels import morton
 from engine.kernels.chamfer import exclusive_scan
+from engine.dispatch import BoundLaunch, bind
 from engine.launch import launch
 
 DEFAULT_LEAF_SIZE = 16  # most faces per leaf; chosen by measurement (docs/RESULTS.md)
 MAX_FACES = 1 << 24  # face indices above this lose precision in float32 leaf bookkeeping
 SORT_MIN = 256  # `query` orders batches of this many points or more (docs/RESULTS.md)
+SERIAL_MAX = 8  # batches of at most this many points are searched on the launching thread
 
 
 def tree_depth(n_faces: int, leaf_size: int) -> int:
@@ -146,6 +148,8 @@ class _Batch:
         self.points, self.bary, self.point = new(3, np.float32), new(3, np.float32), new(3, np.float32)
         self.face, self.dist2 = new(1, np.int32), new(1, np.float32)
         self.perm = ti.ndarray(ti.i32, (capacity,))
+        self.counts = np.zeros(2, np.int32)  # misses and overflows of one `closest_points` call
+        self.search: dict[bool, BoundLaunch] = {}  # the query kernel bound to these arrays, by `serial`
 
 
 class _Ordering:
@@ -212,8 +216,8 @@ class TriangleBVH:
         self.order = ti.ndarray(ti.i32, (self.n_faces,))
         self.centroids = vector(3, (self.n_faces,))  # build scratch, in tree order
         self.leaf_start = ti.ndarray(ti.i32, (self.n_leaves + 1,))
-        self.corners = vector(9, (self.n_leaves * self.width,))
-        self.packets = vector(kernels.PACKET_WIDTH, (self.n_leaves * self.width // 4,))
+        self.corner_packets = vector(kernels.CORNER_PACKET, (self.n_leaves * self.width // 4,))
+        self.bound_packets = vector(kernels.BOUND_PACKET, (self.n_leaves * self.width // 4,))
         self.node_bound = vector(kernels.BOUND_WIDTH, (self.n_inner + self.n_leaves,))
         self.nodes = vector(kernels.NODE_WIDTH, (max(self.n_inner, 1),))
         self.counter = ti.ndarray(ti.i32, (2,))
@@ -255,8 +259,8 @@ class TriangleBVH:
         self._refit_copied()
 
     def _refit_copied(self) -> None:
-        launch(kernels.refit_leaves, self.mesh_vertices, self.mesh_faces, self.order, self.leaf_start, self.corners,
-               self.packets, self.node_bound, self.n_inner, self.width)
+        launch(kernels.refit_leaves, self.mesh_vertices, self.mesh_faces, self.order, self.leaf_start,
+               self.corner_packets, self.bound_packets, self.node_bound, self.n_inner, self.width)
         for level in range(self.depth - 1, -1, -1):
             launch(kernels.refit_level, self.nodes, self.node_bound, ((1 << (2 * level)) - 1) // 3,
                    ((1 << (2 * level + 2)) - 1) // 3)
@@ -275,11 +279,11 @@ class TriangleBVH:
         n = len(points)
         batch = self._batch(n, host=True)
         batch.points[:n] = points
-        counts = np.zeros(2, np.int32)
-        self._search(batch, n, counts)
-        self._host_counts += counts
-        if counts[kernels.OVERFLOWS]:
-            raise _overflow_error(int(counts[kernels.OVERFLOWS]), self)
+        batch.counts[:] = 0
+        self._search(batch, n, batch.counts)
+        self._host_counts += batch.counts
+        if batch.counts[kernels.OVERFLOWS]:
+            raise _overflow_error(int(batch.counts[kernels.OVERFLOWS]), self)
         return {"face": batch.face[:n].copy(), "bary": batch.bary[:n].copy(), "point": batch.point[:n].copy(),
                 "dist2": batch.dist2[:n].copy()}
 
@@ -291,13 +295,24 @@ class TriangleBVH:
         return batch
 
     def _search(self, batch: _Batch, n: int, counts) -> None:
-        """The query kernel on batch.points[:n], in Morton order from SORT_MIN points on."""
+        """The query kernel on batch.points[:n], in Morton order from SORT_MIN points on.
+
+        Bound once per batch (engine.dispatch.bind): a call then writes two scalars and launches,
+        ~1 us of Python, which a one-point call needs. Untaped, like every query."""
         permuted = n >= SORT_MIN
         if permuted:
             _Ordering.get().sort(batch.points, n, batch.perm)
-        launch(kernels.closest_point_query, batch.points, n, batch.perm, int(permuted), self.corners, self.packets,
-               self.leaf_start, self.width, self.nodes, self.order, self.depth, batch.face, batch.bary, batch.point,
-               batch.dist2, counts, self.stack_size)
+        serial = n <= SERIAL_MAX
+        search = batch.search.get(serial)
+        if search is None:
+            search = batch.search[serial] = bind(
+                kernels.closest_point_query, batch.points, n, batch.perm, int(permuted), self.corner_packets,
+                self.bound_packets,
+                self.leaf_start, self.width, self.nodes, self.order, self.depth, batch.face, batch.bary, batch.point,
+                batch.dist2, counts, self.stack_size, serial)
+        search.set(1, n)
+        search.set(3, int(permuted))
+        search()
 
     def _buffers_for(self, n: int) -> QueryBuffers:
         if self._buffers is None or self._buffers.capacity < n:

@@ -48,12 +48,13 @@ from engine.kernels.triangle import closest_point_on_triangle
 STACK_SIZE = 32  # entries per query thread; >= 3 depth is enough (see module docstring)
 MISSES, OVERFLOWS = 0, 1  # indices into the counters field
 SLACK = 4e-6  # bound slack relative to the squared size of the bound's geometry (see module docstring)
-TRIANGLE_WIDTH = 8  # floats of a triangle's bound: plane normal, centroid, lateral radius, slack
-PACKET_WIDTH = 4 * TRIANGLE_WIDTH  # four slots' bounds, lane by lane
+CORNER_PACKET = 36  # four slots' corners a, b, c, coordinate by coordinate: a.x of slots 0..3, a.y, ..., c.z
+BOUND_PACKET = 32  # four slots' disc bounds the same way: normal, centroid, radius, slack
 BOUND_WIDTH = 14  # floats of a node's bound: box lo, hi; slab-cylinder axis, centre, radius, thickness
 NODE_WIDTH = 4 * BOUND_WIDTH  # an inner node's record: its four children's bounds, lane by lane
 REL_ROUND = 1.2e-7  # float32 rounding, relative
 _INF = float("inf")
+_NAN = float("nan")
 
 
 @ti.func
@@ -89,12 +90,6 @@ def _cylinder_distance2(p, axis, centre, radius, thickness, slack):
 
 
 @ti.func
-def _corners(tri):
-    return (ti.Vector([tri[0], tri[1], tri[2]]), ti.Vector([tri[3], tri[4], tri[5]]),
-            ti.Vector([tri[6], tri[7], tri[8]]))
-
-
-@ti.func
 def _unit(v):
     """v / |v|, or +z for a zero vector."""
     length = ti.sqrt(v.dot(v))
@@ -103,10 +98,10 @@ def _unit(v):
 
 @ti.func
 def _triangle_bound(a, b, c):
-    """A triangle's bound (TRIANGLE_WIDTH floats): plane normal n, centroid m, radius (the
-    corners' farthest distance from m, which bounds the lateral one), and the slack. The
-    corners' distance T from the computed plane (rounding, or an inaccurate normal of a
-    sliver) is folded into the slack: 2|h|T <= SLACK h^2 + T^2 / SLACK."""
+    """A triangle's disc bound (8 floats): the plane normal n, the centroid m, the radius of the
+    corners about m (which bounds the lateral one), and the slack. The corners' distance T from
+    the computed plane (rounding, or the inaccurate normal of a sliver) goes into the slack:
+    2|h|T <= SLACK h^2 + T^2 / SLACK. NaN corners (an empty slot) give NaN: never near."""
     m = (a + b + c) * (1.0 / 3.0)
     n = _unit((b - a).cross(c - a))
     wa, wb, wc = a - m, b - m, c - m
@@ -114,6 +109,22 @@ def _triangle_bound(a, b, c):
     thickness = _max(_max(ti.abs(n.dot(wa)), ti.abs(n.dot(wb))), ti.abs(n.dot(wc)))
     return ti.Vector([n[0], n[1], n[2], m[0], m[1], m[2], radius,
                       SLACK * radius * radius + thickness * thickness * (1.0 / SLACK)], dt=ti.f32)
+
+
+@ti.func
+def _slot_corners(packet, lane: ti.template()):
+    """Slot `lane`'s corners a, b, c out of a packet of four (a vector read whole)."""
+    return (ti.Vector([packet[lane], packet[4 + lane], packet[8 + lane]]),
+            ti.Vector([packet[12 + lane], packet[16 + lane], packet[20 + lane]]),
+            ti.Vector([packet[24 + lane], packet[28 + lane], packet[32 + lane]]))
+
+
+@ti.func
+def _slot_corners_at(packets: ti.template(), index, lane):
+    """The corners of slot `lane` of packets[index], nine reads at a run-time lane."""
+    return (ti.Vector([packets[index][lane], packets[index][4 + lane], packets[index][8 + lane]]),
+            ti.Vector([packets[index][12 + lane], packets[index][16 + lane], packets[index][20 + lane]]),
+            ti.Vector([packets[index][24 + lane], packets[index][28 + lane], packets[index][32 + lane]]))
 
 
 @ti.func
@@ -190,41 +201,50 @@ def copy_vertices(source: ti.template(), vertices: ti.types.ndarray()):
 
 @ti.kernel
 def refit_leaves(vertices: ti.types.ndarray(), faces: ti.types.ndarray(), order: ti.types.ndarray(),
-                 leaf_start: ti.types.ndarray(),
-                 corners: ti.types.ndarray(), packets: ti.types.ndarray(), node_bound: ti.types.ndarray(), first_leaf: ti.i32,
+                 leaf_start: ti.types.ndarray(), corner_packets: ti.types.ndarray(),
+                 bound_packets: ti.types.ndarray(), node_bound: ti.types.ndarray(), first_leaf: ti.i32,
                  width: ti.i32):
-    """Refit, first step: gather each leaf's triangles from `vertices` into its `width` slots
-    (corners, and each slot's bound into its lane of a four-slot packet), then the leaf's
-    bound from the gathered corners. Slots past the leaf's count get radius -inf: never near."""
+    """Refit, first step: gather each leaf's triangles from `vertices` into its `width` slots,
+    four at a time (a packet; slots past the leaf's count hold NaN corners: never near), their
+    disc bounds four at a time (one vector each, with LLVM), then the leaf's bound."""
     for k in range(leaf_start.shape[0] - 1):
-        start, count, base = leaf_start[k], leaf_start[k + 1] - leaf_start[k], k * width
-        for j in range(width):
-            bound = ti.Vector([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -_INF, 0.0], dt=ti.f32)
-            if j < count:
-                f = faces[order[start + j]]
-                a, b, c = vertices[f[0]], vertices[f[1]], vertices[f[2]]
-                corners[base + j] = ti.Vector([a[0], a[1], a[2], b[0], b[1], b[2], c[0], c[1], c[2]])
-                bound = _triangle_bound(a, b, c)
-            packet, lane = (base + j) // 4, j % 4
-            for e in ti.static(range(TRIANGLE_WIDTH)):
-                packets[packet][4 * e + lane] = bound[e]
+        start, count, first = leaf_start[k], leaf_start[k + 1] - leaf_start[k], k * (width // 4)
         lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
         hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
         axis = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
-        for t in range(base, base + count):
-            a, b, c = _corners(corners[t])
-            lo = _min(_min(lo, a), _min(b, c))
-            hi = _max(_max(hi, a), _max(b, c))
-            axis += (b - a).cross(c - a)  # area-weighted normal: the patch's mean plane
+        for packet in range(width // 4):
+            corners = ti.Vector([_NAN] * CORNER_PACKET, dt=ti.f32)
+            for lane in ti.static(range(4)):
+                if 4 * packet + lane < count:
+                    f = faces[order[start + 4 * packet + lane]]
+                    for corner in ti.static(range(3)):
+                        x = vertices[f[corner]]
+                        for e in ti.static(range(3)):
+                            corners[4 * (3 * corner + e) + lane] = x[e]
+            bounds = ti.Vector([0.0] * BOUND_PACKET, dt=ti.f32)
+            for lane in ti.static(range(4)):
+                a, b, c = _slot_corners(corners, lane)
+                bound = _triangle_bound(a, b, c)
+                for e in ti.static(range(8)):
+                    bounds[4 * e + lane] = bound[e]
+                valid = 4 * packet + lane < count
+                lo = ti.select(valid, _min(_min(lo, a), _min(b, c)), lo)
+                hi = ti.select(valid, _max(_max(hi, a), _max(b, c)), hi)
+                axis += ti.select(valid, (b - a).cross(c - a), 0.0)  # area-weighted normal: the patch's mean plane
+            corner_packets[first + packet] = corners
+            bound_packets[first + packet] = bounds
         axis = _unit(axis)
         centre = (lo + hi) * 0.5
         radius2 = 0.0
         thickness = 0.0
-        for t in range(base, base + count):
-            for x in ti.static(_corners(corners[t])):
-                w = x - centre
-                radius2 = _max(radius2, w.dot(w))  # the 3D distance bounds the lateral one
-                thickness = _max(thickness, ti.abs(axis.dot(w)))
+        for packet in range(width // 4):
+            corners = corner_packets[first + packet]
+            for lane in ti.static(range(4)):
+                valid = 4 * packet + lane < count
+                for x in ti.static(_slot_corners(corners, lane)):
+                    w = x - centre
+                    radius2 = ti.select(valid, _max(radius2, w.dot(w)), radius2)  # 3D distance: bounds the lateral one
+                    thickness = ti.select(valid, _max(thickness, ti.abs(axis.dot(w))), thickness)
         node_bound[first_leaf + k] = _bound_vector(lo, hi, axis, centre, ti.sqrt(radius2), thickness)
 
 
@@ -319,7 +339,7 @@ def _sorted4(d, c):
 
 
 @ti.func
-def _search(p, corners: ti.template(), packets: ti.template(), leaf_start: ti.template(), width,
+def _search(p, corner_packets: ti.template(), bound_packets: ti.template(), leaf_start: ti.template(), width,
             nodes: ti.template(), order: ti.template(), depth, stack_size: ti.template()):
     """The closest point to p: (face or -1, barycentrics, point, squared distance, overflows).
 
@@ -367,21 +387,21 @@ def _search(p, corners: ti.template(), packets: ti.template(), leaf_start: ti.te
             else:
                 k = node - first_leaf
                 for packet in range(width // 4):
-                    record = packets[k * (width // 4) + packet]
+                    index = k * (width // 4) + packet
+                    bounds = bound_packets[index]
                     d = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
                     for lane in ti.static(range(4)):
                         d[lane] = _cylinder_distance2(
-                            p, ti.Vector([record[lane], record[4 + lane], record[8 + lane]]),
-                            ti.Vector([record[12 + lane], record[16 + lane], record[20 + lane]]),
-                            record[24 + lane], 0.0, record[28 + lane])
+                            p, ti.Vector([bounds[lane], bounds[4 + lane], bounds[8 + lane]]),
+                            ti.Vector([bounds[12 + lane], bounds[16 + lane], bounds[20 + lane]]),
+                            bounds[24 + lane], 0.0, bounds[28 + lane])
                     for lane in range(4):  # a dynamic index: LLVM computes the four bounds in one vector
                         if d[lane] < best:
-                            slot = k * width + 4 * packet + lane
-                            a, b, c = _corners(corners[slot])
+                            a, b, c = _slot_corners_at(corner_packets, index, lane)
                             point, bary = closest_point_on_triangle(p, a, b, c)
                             d2 = (p - point).norm_sqr()
                             if d2 < best:
-                                best, best_slot, best_bary, best_point = d2, slot, bary, point
+                                best, best_slot, best_bary, best_point = d2, 4 * index + lane, bary, point
         if not descend:
             if sp == 0:
                 break
@@ -396,25 +416,30 @@ def _search(p, corners: ti.template(), packets: ti.template(), leaf_start: ti.te
 @ti.kernel
 def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n: ti.i32,
                         perm: ti.types.ndarray(dtype=ti.i32, ndim=1), permuted: ti.i32,
-                        corners: ti.types.ndarray(), packets: ti.types.ndarray(), leaf_start: ti.types.ndarray(),
+                        corner_packets: ti.types.ndarray(), bound_packets: ti.types.ndarray(),
+                        leaf_start: ti.types.ndarray(),
                         width: ti.i32, nodes: ti.types.ndarray(), order: ti.types.ndarray(), depth: ti.i32,
                         out_face: ti.types.ndarray(dtype=ti.i32, ndim=1),
                         out_bary: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
                         out_point: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
                         out_dist2: ti.types.ndarray(dtype=ti.f32, ndim=1),
-                        counts: ti.types.ndarray(dtype=ti.i32, ndim=1), stack_size: ti.template()):
+                        counts: ti.types.ndarray(dtype=ti.i32, ndim=1), stack_size: ti.template(),
+                        serial: ti.template()):
     """For each of the first n points: the closest triangle, its barycentrics, point and squared
     distance. With `permuted`, point perm[i] is the i-th one searched (a spatial order:
     consecutive searches then share the tree's cache lines); the answers go to each point's own
     index either way. A point with no hit (NaN input) gets face -1; misses and stack overflows
     are added to counts[MISSES], counts[OVERFLOWS]. Arrays only (numpy on the CPU without a
-    copy), so the kernel compiles once per process whatever the mesh and the callers' fields."""
+    copy), so the kernel compiles once per process whatever the mesh and the callers' fields.
+    `serial` runs the loop on the launching thread: for a few points, waking the CPU backend's
+    thread pool costs more (~13 us) than the searches."""
+    ti.loop_config(serialize=serial)
     for i in range(n):
         q = i
         if permuted:
             q = perm[i]
-        face, bary, point, dist2, overflows = _search(points[q], corners, packets, leaf_start, width, nodes, order,
-                                                      depth, stack_size)
+        face, bary, point, dist2, overflows = _search(points[q], corner_packets, bound_packets, leaf_start, width,
+                                                      nodes, order, depth, stack_size)
         if overflows > 0:
             ti.atomic_add(counts[OVERFLOWS], overflows)
         if face < 0:
