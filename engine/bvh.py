@@ -42,10 +42,11 @@ from engine.kernels.chamfer import exclusive_scan
 from engine.dispatch import BoundLaunch, bind
 from engine.launch import launch
 
-DEFAULT_LEAF_SIZE = 16  # most faces per leaf; chosen by measurement (docs/RESULTS.md)
+DEFAULT_LEAF_SIZE = 24  # most faces per leaf; chosen by measurement (docs/RESULTS.md)
 MAX_FACES = 1 << 24  # face indices above this lose precision in float32 leaf bookkeeping
 SORT_MIN = 256  # `query` orders batches of this many points or more (docs/RESULTS.md)
 SERIAL_MAX = 8  # batches of at most this many points are searched on the launching thread
+PARALLEL_NODES = 256  # refit levels of fewer nodes run serially, in one launch
 
 
 def tree_depth(n_faces: int, leaf_size: int) -> int:
@@ -213,6 +214,7 @@ class TriangleBVH:
         self.mesh_vertices = vector(3, (vertices_field.shape[0],))  # refit's copy of the vertex field
         self.mesh_faces = ti.ndarray(ti.types.vector(3, ti.i32), (self.n_faces,))
         self.mesh_faces.from_numpy(faces_np.astype(np.int32))
+        self.tree_faces = ti.ndarray(ti.types.vector(3, ti.i32), (self.n_faces,))  # the faces in tree order
         self.order = ti.ndarray(ti.i32, (self.n_faces,))
         self.centroids = vector(3, (self.n_faces,))  # build scratch, in tree order
         self.leaf_start = ti.ndarray(ti.i32, (self.n_leaves + 1,))
@@ -251,19 +253,21 @@ class TriangleBVH:
         launch(kernels.face_centroids, self.mesh_vertices, self.mesh_faces, self.order, self.centroids)
         for level in range(2 * self.depth):
             launch(kernels.split_level, self.order, self.centroids, self.leaf_start, level, 2 * self.depth)
-        self._refit_copied()
+        launch(kernels.sort_faces, self.mesh_faces, self.order, self.tree_faces)
+        self.refit()
 
     def refit(self) -> None:
         """Recompute every bound from the current vertices on the device (2 + depth launches)."""
         launch(kernels.copy_vertices, self.vertices, self.mesh_vertices)
-        self._refit_copied()
-
-    def _refit_copied(self) -> None:
-        launch(kernels.refit_leaves, self.mesh_vertices, self.mesh_faces, self.order, self.leaf_start,
-               self.corner_packets, self.bound_packets, self.node_bound, self.n_inner, self.width)
-        for level in range(self.depth - 1, -1, -1):
-            launch(kernels.refit_level, self.nodes, self.node_bound, ((1 << (2 * level)) - 1) // 3,
-                   ((1 << (2 * level + 2)) - 1) // 3)
+        launch(kernels.refit_leaves, self.mesh_vertices, self.tree_faces, self.leaf_start, self.corner_packets,
+               self.bound_packets, self.node_bound, self.n_inner, self.width)
+        level_start = lambda level: ((1 << (2 * level)) - 1) // 3  # noqa: E731
+        level = self.depth - 1
+        while level >= 0 and level_start(level + 1) - level_start(level) >= PARALLEL_NODES:
+            launch(kernels.refit_level, self.nodes, self.node_bound, level_start(level), level_start(level + 1), False)
+            level -= 1
+        if level >= 0:  # the levels above, serially in one launch
+            launch(kernels.refit_level, self.nodes, self.node_bound, 0, level_start(level + 1), True)
 
     def query(self, points, out_face, out_bary, out_point, out_dist2, n: int) -> None:
         """Closest point on the mesh for points[0:n], written to the out_* fields (see module docstring)."""

@@ -134,13 +134,17 @@ def _slab_cylinder_holds(points: np.ndarray, bound: np.ndarray) -> bool:
 def assert_bounds_hold(bvh: TriangleBVH) -> None:
     """Every node's record is its children's bounds; every bound holds all the corners below it;
     every slot's disc holds its triangle's corners and empty slots are never near."""
-    from engine.kernels.bvh import BOUND_WIDTH, TRIANGLE_WIDTH
+    from engine.kernels.bvh import BOUND_WIDTH
 
     nodes = bvh.nodes.to_numpy().reshape(-1, BOUND_WIDTH, 4)
     bounds = bvh.node_bound.to_numpy().astype(np.float64)
     for i in range(bvh.n_inner):
         np.testing.assert_array_equal(nodes[i].T, bounds[4 * i + 1:4 * i + 5])
-    corners = bvh.corners.to_numpy().astype(np.float64).reshape(bvh.n_leaves, bvh.width, 3, 3)
+    # packets hold four slots lane by lane: (packet, value, lane) -> (leaf, slot, value)
+    slots = lambda array, width: (array.to_numpy().astype(np.float64).reshape(-1, width, 4)  # noqa: E731
+                                  .transpose(0, 2, 1).reshape(bvh.n_leaves, bvh.width, width))
+    corners = slots(bvh.corner_packets, 9).reshape(bvh.n_leaves, bvh.width, 3, 3)
+    discs = slots(bvh.bound_packets, 8)
     counts = np.diff(bvh.leaf_start.to_numpy())
     leaf_corners = [corners[k, :counts[k]].reshape(-1, 3) for k in range(bvh.n_leaves)]
     for level in range(bvh.depth + 1):
@@ -149,14 +153,12 @@ def assert_bounds_hold(bvh: TriangleBVH) -> None:
         for j in range(4 ** level):
             points = np.concatenate(leaf_corners[j * span:(j + 1) * span])
             assert _slab_cylinder_holds(points, bounds[first + j]), (level, j)
-    packets = bvh.packets.to_numpy().astype(np.float64).reshape(-1, TRIANGLE_WIDTH, 4).transpose(0, 2, 1)
-    slots = packets.reshape(bvh.n_leaves, bvh.width, TRIANGLE_WIDTH)
     for k in range(bvh.n_leaves):
-        normal, centre, radius = slots[k, :, 0:3], slots[k, :, 3:6], slots[k, :, 6]
+        normal, centre, radius = discs[k, :, 0:3], discs[k, :, 3:6], discs[k, :, 6]
         reach = np.linalg.norm(corners[k] - centre[:, None, :], axis=2).max(axis=1)
         assert (reach[:counts[k]] <= radius[:counts[k]] * (1 + 1e-6) + 1e-7).all()
         np.testing.assert_allclose(np.linalg.norm(normal[:counts[k]], axis=1), 1.0, atol=1e-6)
-        assert (radius[counts[k]:] == -np.inf).all()
+        assert np.isnan(radius[counts[k]:]).all() and np.isnan(corners[k, counts[k]:]).all()  # empty: never near
 
 
 @pytest.mark.parametrize("subdiv", [0, 3])  # depth 1 (the root's children are leaves) and 4
@@ -191,7 +193,7 @@ def test_refit_equals_rebuild(ti_cpu):
 def test_refit_and_rebuild_are_deterministic(ti_cpu):
     vertices, faces = icosphere(3)
     bvh = TriangleBVH.build(vertices, faces)
-    arrays = (bvh.order, bvh.nodes, bvh.node_bound, bvh.packets, bvh.corners)
+    arrays = (bvh.order, bvh.nodes, bvh.node_bound, bvh.corner_packets, bvh.bound_packets)
     first = [array.to_numpy() for array in arrays]
     for step in (bvh.refit, bvh.rebuild, bvh.refit):
         step()
@@ -371,3 +373,28 @@ def test_morton_order_is_the_z_curve():
     # neighbours along the curve are closer than random pairs, on average
     along = np.linalg.norm(np.diff(points[order], axis=0), axis=1).mean()
     assert along < 0.5 * np.linalg.norm(np.diff(points, axis=0), axis=1).mean()
+
+
+def test_disc_lower_bound_never_exceeds_the_distance(ti_cpu):
+    """The disc bound of a triangle, as the query evaluates it in float32, stays at or below the
+    float64 distance, for points on the triangle (distance ~0: any rounding would overshoot),
+    near its plane and far, on well-shaped triangles and on slivers whose normal is inaccurate."""
+    rng = np.random.default_rng(4)
+    n = 3000
+    a, b = rng.normal(size=(n, 3)), rng.normal(size=(n, 3))
+    c = rng.normal(size=(n, 3))
+    c[::3] = a[::3] + rng.uniform(0, 2, (n // 3, 1)) * (b[::3] - a[::3]) + 1e-6 * rng.normal(size=(n // 3, 3))
+    corners = np.stack([a, b, c], axis=1).astype(np.float32)
+    weights = rng.dirichlet(np.ones(3), n)
+    on = np.einsum("ij,ijk->ik", weights.astype(np.float32), corners)  # on the triangle, in float32
+    points = np.concatenate([on, on + 1e-3 * rng.normal(size=(n, 3)), on + rng.normal(size=(n, 3))]).astype(np.float32)
+    tri = np.concatenate([corners] * 3)
+
+    from tests.disc_bound import disc_lower_bounds
+
+    found = np.zeros(len(points), np.float32)
+    disc_lower_bounds(points, tri, found)
+    t64 = tri.astype(np.float64)
+    exact = np.array([numpy_dist2(points[i].astype(np.float64), t64[i:i + 1, 0], t64[i:i + 1, 1], t64[i:i + 1, 2])[0]
+                      for i in range(len(points))])
+    assert (found <= exact).all(), np.max(found - exact)

@@ -199,60 +199,89 @@ def copy_vertices(source: ti.template(), vertices: ti.types.ndarray()):
         vertices[v] = ti.cast(source[v], ti.f32)
 
 
+@ti.func
+def _lanes_min(v):
+    """The least of four lanes of which a prefix holds numbers and the rest NaN (NaN if none):
+    select-based, each comparison has the lane that may be NaN first."""
+    return _min(_min(v[3], v[2]), _min(v[1], v[0]))
+
+
+@ti.func
+def _lanes_max(v):
+    return _max(_max(v[3], v[2]), _max(v[1], v[0]))
+
+
 @ti.kernel
-def refit_leaves(vertices: ti.types.ndarray(), faces: ti.types.ndarray(), order: ti.types.ndarray(),
+def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
                  leaf_start: ti.types.ndarray(), corner_packets: ti.types.ndarray(),
                  bound_packets: ti.types.ndarray(), node_bound: ti.types.ndarray(), first_leaf: ti.i32,
                  width: ti.i32):
     """Refit, first step: gather each leaf's triangles from `vertices` into its `width` slots,
-    four at a time (a packet; slots past the leaf's count hold NaN corners: never near), their
-    disc bounds four at a time (one vector each, with LLVM), then the leaf's bound."""
+    four at a time (a packet; slots past the leaf's count hold NaN corners: never near), then
+    their disc bounds and the leaf's bound. Every step works on a packet's four lanes alike, so
+    LLVM computes them in vectors; lanes reduce NaN-safely (`_lanes_min`)."""
     for k in range(leaf_start.shape[0] - 1):
         start, count, first = leaf_start[k], leaf_start[k + 1] - leaf_start[k], k * (width // 4)
         lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
         hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
         axis = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
         for packet in range(width // 4):
-            corners = ti.Vector([_NAN] * CORNER_PACKET, dt=ti.f32)
-            for lane in ti.static(range(4)):
-                if 4 * packet + lane < count:
-                    f = faces[order[start + 4 * packet + lane]]
-                    for corner in ti.static(range(3)):
-                        x = vertices[f[corner]]
-                        for e in ti.static(range(3)):
-                            corners[4 * (3 * corner + e) + lane] = x[e]
+            corners = ti.Vector([0.0] * CORNER_PACKET, dt=ti.f32)
+            for lane in ti.static(range(4)):  # branch-free: an empty slot reads the leaf's last face, then NaN
+                valid = 4 * packet + lane < count
+                f = tree_faces[start + ti.min(4 * packet + lane, count - 1)]
+                for corner in ti.static(range(3)):
+                    x = vertices[f[corner]]
+                    for e in ti.static(range(3)):
+                        corners[4 * (3 * corner + e) + lane] = ti.select(valid, x[e], _NAN)
             bounds = ti.Vector([0.0] * BOUND_PACKET, dt=ti.f32)
+            cross = ti.Vector([0.0] * 12, dt=ti.f32)
             for lane in ti.static(range(4)):
                 a, b, c = _slot_corners(corners, lane)
                 bound = _triangle_bound(a, b, c)
+                normal = (b - a).cross(c - a)
                 for e in ti.static(range(8)):
                     bounds[4 * e + lane] = bound[e]
-                valid = 4 * packet + lane < count
-                lo = ti.select(valid, _min(_min(lo, a), _min(b, c)), lo)
-                hi = ti.select(valid, _max(_max(hi, a), _max(b, c)), hi)
-                axis += ti.select(valid, (b - a).cross(c - a), 0.0)  # area-weighted normal: the patch's mean plane
+                for e in ti.static(range(3)):
+                    cross[4 * e + lane] = ti.select(4 * packet + lane < count, normal[e], 0.0)
             corner_packets[first + packet] = corners
             bound_packets[first + packet] = bounds
-        axis = _unit(axis)
+            for e in ti.static(range(3)):
+                lanes_lo = ti.Vector([_INF, _INF, _INF, _INF], dt=ti.f32)
+                lanes_hi = ti.Vector([-_INF, -_INF, -_INF, -_INF], dt=ti.f32)
+                for corner in ti.static(range(3)):
+                    for lane in ti.static(range(4)):
+                        x = corners[4 * (3 * corner + e) + lane]
+                        lanes_lo[lane] = _min(x, lanes_lo[lane])  # NaN first: an empty slot changes nothing
+                        lanes_hi[lane] = _max(x, lanes_hi[lane])
+                lo[e] = _min(_lanes_min(lanes_lo), lo[e])
+                hi[e] = _max(_lanes_max(lanes_hi), hi[e])
+                axis[e] += cross[4 * e] + cross[4 * e + 1] + cross[4 * e + 2] + cross[4 * e + 3]
+        axis = _unit(axis)  # the area-weighted normal: the patch's mean plane
         centre = (lo + hi) * 0.5
-        radius2 = 0.0
-        thickness = 0.0
+        radius2 = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
+        thickness = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
         for packet in range(width // 4):
             corners = corner_packets[first + packet]
             for lane in ti.static(range(4)):
-                valid = 4 * packet + lane < count
                 for x in ti.static(_slot_corners(corners, lane)):
                     w = x - centre
-                    radius2 = ti.select(valid, _max(radius2, w.dot(w)), radius2)  # 3D distance: bounds the lateral one
-                    thickness = ti.select(valid, _max(thickness, ti.abs(axis.dot(w))), thickness)
-        node_bound[first_leaf + k] = _bound_vector(lo, hi, axis, centre, ti.sqrt(radius2), thickness)
+                    radius2[lane] = _max(w.dot(w), radius2[lane])  # the 3D distance bounds the lateral one
+                    thickness[lane] = _max(ti.abs(axis.dot(w)), thickness[lane])
+        node_bound[first_leaf + k] = _bound_vector(lo, hi, axis, centre, ti.sqrt(_lanes_max(radius2)),
+                                                   _lanes_max(thickness))
 
 
 @ti.kernel
-def refit_level(nodes: ti.types.ndarray(), node_bound: ti.types.ndarray(), begin: ti.i32, end: ti.i32):
-    """Refit, one inner level bottom-up (nodes begin .. end - 1 in parallel): each node's record
-    from its children's bounds, then its own bound from its record."""
-    for i in range(begin, end):
+def refit_level(nodes: ti.types.ndarray(), node_bound: ti.types.ndarray(), begin: ti.i32, end: ti.i32,
+                serial: ti.template()):
+    """Refit, inner nodes begin .. end - 1 bottom-up: each node's record from its children's
+    bounds, then its own bound from its record. A level in parallel; or, with `serial`, the
+    few nodes of the top levels in one loop from the last to the first, children before
+    parents (waking the thread pool for each tiny level would cost more than its work)."""
+    ti.loop_config(serialize=serial)
+    for j in range(end - begin):
+        i = end - 1 - j
         c = 4 * i + 1
         record = _record((node_bound[c], node_bound[c + 1], node_bound[c + 2], node_bound[c + 3]))
         nodes[i] = record
@@ -267,6 +296,13 @@ def face_centroids(vertices: ti.types.ndarray(), faces: ti.types.ndarray(), orde
         f = faces[t]
         order[t] = t
         centroids[t] = (vertices[f[0]] + vertices[f[1]] + vertices[f[2]]) * (1.0 / 3.0)
+
+
+@ti.kernel
+def sort_faces(faces: ti.types.ndarray(), order: ti.types.ndarray(), tree_faces: ti.types.ndarray()):
+    """The faces in tree order, so that the refit reads them in sequence."""
+    for t in range(order.shape[0]):
+        tree_faces[t] = faces[order[t]]
 
 
 @ti.func
