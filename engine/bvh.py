@@ -46,7 +46,11 @@ DEFAULT_LEAF_SIZE = 24  # most faces per leaf; chosen by measurement (docs/RESUL
 MAX_FACES = 1 << 24  # face indices above this lose precision in float32 leaf bookkeeping
 SORT_MIN = 256  # `query` orders batches of this many points or more (docs/RESULTS.md)
 SERIAL_MAX = 8  # batches of at most this many points are searched on the launching thread
-PARALLEL_NODES = 256  # refit levels of fewer nodes run serially, in one launch
+PARALLEL_NODES = 1024  # refit levels of fewer nodes run serially, in one launch
+PARALLEL_VERTICES = 1 << 16  # the vertex copy of smaller meshes runs serially
+
+
+_NUMBERS = (int, float)  # run-time scalar arguments of the tree's kernels (bools are template flags)
 
 
 def tree_depth(n_faces: int, leaf_size: int) -> int:
@@ -150,7 +154,6 @@ class _Batch:
         self.face, self.dist2 = new(1, np.int32), new(1, np.float32)
         self.perm = ti.ndarray(ti.i32, (capacity,))
         self.counts = np.zeros(2, np.int32)  # misses and overflows of one `closest_points` call
-        self.search: dict[bool, BoundLaunch] = {}  # the query kernel bound to these arrays, by `serial`
 
 
 class _Ordering:
@@ -175,13 +178,14 @@ class _Ordering:
             cls._current = (program, cls())
         return cls._current[1]
 
-    def sort(self, points, n: int, perm) -> None:
-        """perm[:n]: the indices of points[:n] in Morton bucket order (see engine.kernels.morton)."""
-        launch(morton.block_boxes, points, n, self.boxes, self.counts)
-        launch(morton.merge_boxes, self.boxes)
-        launch(morton.count_buckets, points, n, self.boxes, self.counts)
-        launch(exclusive_scan, self.counts, self.start, self.cursor, self.block_total)
-        launch(morton.scatter, points, n, self.boxes, self.cursor, perm)
+    def sort(self, points, n: int, perm, run) -> None:
+        """perm[:n]: the indices of points[:n] in Morton bucket order (see engine.kernels.morton);
+        `run(kernel, *args)` launches (the tree's own, which holds the bindings of its arrays)."""
+        run(morton.block_boxes, points, n, self.boxes, self.counts)
+        run(morton.merge_boxes, self.boxes)
+        run(morton.count_buckets, points, n, self.boxes, self.counts)
+        run(exclusive_scan, self.counts, self.start, self.cursor, self.block_total)
+        run(morton.scatter, points, n, self.boxes, self.cursor, perm)
 
 
 class TriangleBVH:
@@ -212,6 +216,7 @@ class TriangleBVH:
         # the tree's own arrays are ndarrays: every kernel compiles once per process, whatever the mesh size
         vector = lambda width, shape: ti.ndarray(ti.types.vector(width, ti.f32), shape)  # noqa: E731
         self.mesh_vertices = vector(3, (vertices_field.shape[0],))  # refit's copy of the vertex field
+        self._serial_copy = vertices_field.shape[0] < PARALLEL_VERTICES
         self.mesh_faces = ti.ndarray(ti.types.vector(3, ti.i32), (self.n_faces,))
         self.mesh_faces.from_numpy(faces_np.astype(np.int32))
         self.tree_faces = ti.ndarray(ti.types.vector(3, ti.i32), (self.n_faces,))  # the faces in tree order
@@ -228,6 +233,7 @@ class TriangleBVH:
         self._owned: FieldGroup | None = None  # the mesh fields' group when `build` made them
         self._buffers: QueryBuffers | None = None
         self._batches: dict[tuple[int, bool], _Batch] = {}
+        self._bindings: dict[tuple, tuple[BoundLaunch, list[int]]] = {}
         self._host_counts = np.zeros(2, np.int64)  # misses and overflows of `closest_points` calls
         self.rebuild()
 
@@ -247,35 +253,53 @@ class TriangleBVH:
         bvh._owned = group
         return bvh
 
+    def _launch(self, kernel, *args) -> None:
+        """Launch `kernel` through a binding this tree keeps (engine.dispatch.bind), one per kernel
+        and set of array, field and flag arguments; a later call rewrites the numbers that changed.
+        The tree's arrays are then referenced only here and go with the tree (a binding in
+        dispatch's shared cache would keep them alive), and a launch costs ~1 us of Python.
+        Untaped, like all tree work."""
+        key = (kernel, *(arg if arg.__class__ is bool else id(arg) for arg in args if arg.__class__ not in _NUMBERS))
+        entry = self._bindings.get(key)
+        if entry is None:
+            numbers = [position for position, arg in enumerate(args) if arg.__class__ in _NUMBERS]
+            entry = self._bindings[key] = (bind(kernel, *args), numbers)
+        bound, numbers = entry
+        for position in numbers:
+            if args[position] != bound.args[position]:
+                bound.set(position, args[position])
+        bound()
+
     def rebuild(self) -> None:
         """Re-sort the tree from the current vertices (median splits on the device), then refit."""
-        launch(kernels.copy_vertices, self.vertices, self.mesh_vertices)
-        launch(kernels.face_centroids, self.mesh_vertices, self.mesh_faces, self.order, self.centroids)
+        self._launch(kernels.copy_vertices, self.vertices, self.mesh_vertices, self._serial_copy)
+        self._launch(kernels.face_centroids, self.mesh_vertices, self.mesh_faces, self.order, self.centroids)
         for level in range(2 * self.depth):
-            launch(kernels.split_level, self.order, self.centroids, self.leaf_start, level, 2 * self.depth)
-        launch(kernels.sort_faces, self.mesh_faces, self.order, self.tree_faces)
+            self._launch(kernels.split_level, self.order, self.centroids, self.leaf_start, level, 2 * self.depth)
+        self._launch(kernels.sort_faces, self.mesh_faces, self.order, self.tree_faces)
         self.refit()
 
     def refit(self) -> None:
         """Recompute every bound from the current vertices on the device (2 + depth launches)."""
-        launch(kernels.copy_vertices, self.vertices, self.mesh_vertices)
-        launch(kernels.refit_leaves, self.mesh_vertices, self.tree_faces, self.leaf_start, self.corner_packets,
-               self.bound_packets, self.node_bound, self.n_inner, self.width)
+        self._launch(kernels.copy_vertices, self.vertices, self.mesh_vertices, self._serial_copy)
+        self._launch(kernels.refit_leaves, self.mesh_vertices, self.tree_faces, self.leaf_start, self.corner_packets,
+                     self.bound_packets, self.node_bound, self.n_inner, self.width)
         level_start = lambda level: ((1 << (2 * level)) - 1) // 3  # noqa: E731
         level = self.depth - 1
         while level >= 0 and level_start(level + 1) - level_start(level) >= PARALLEL_NODES:
-            launch(kernels.refit_level, self.nodes, self.node_bound, level_start(level), level_start(level + 1), False)
+            self._launch(kernels.refit_level, self.nodes, self.node_bound, level_start(level), level_start(level + 1),
+                         False)
             level -= 1
         if level >= 0:  # the levels above, serially in one launch
-            launch(kernels.refit_level, self.nodes, self.node_bound, 0, level_start(level + 1), True)
+            self._launch(kernels.refit_level, self.nodes, self.node_bound, 0, level_start(level + 1), True)
 
     def query(self, points, out_face, out_bary, out_point, out_dist2, n: int) -> None:
         """Closest point on the mesh for points[0:n], written to the out_* fields (see module docstring)."""
         batch = self._batch(n, host=False)
-        launch(kernels.gather_points, points, n, batch.points)
+        self._launch(kernels.gather_points, points, n, batch.points)
         self._search(batch, n, self.counter)
-        launch(kernels.scatter_results, batch.face, batch.bary, batch.point, batch.dist2, n, out_face, out_bary,
-               out_point, out_dist2)
+        self._launch(kernels.scatter_results, batch.face, batch.bary, batch.point, batch.dist2, n, out_face, out_bary,
+                     out_point, out_dist2)
 
     def closest_points(self, points: np.ndarray) -> dict[str, np.ndarray]:
         """Numpy in, numpy out; raises if a stack push did not fit in this call."""
@@ -299,24 +323,13 @@ class TriangleBVH:
         return batch
 
     def _search(self, batch: _Batch, n: int, counts) -> None:
-        """The query kernel on batch.points[:n], in Morton order from SORT_MIN points on.
-
-        Bound once per batch (engine.dispatch.bind): a call then writes two scalars and launches,
-        ~1 us of Python, which a one-point call needs. Untaped, like every query."""
+        """The query kernel on batch.points[:n], in Morton order from SORT_MIN points on."""
         permuted = n >= SORT_MIN
         if permuted:
-            _Ordering.get().sort(batch.points, n, batch.perm)
-        serial = n <= SERIAL_MAX
-        search = batch.search.get(serial)
-        if search is None:
-            search = batch.search[serial] = bind(
-                kernels.closest_point_query, batch.points, n, batch.perm, int(permuted), self.corner_packets,
-                self.bound_packets,
-                self.leaf_start, self.width, self.nodes, self.order, self.depth, batch.face, batch.bary, batch.point,
-                batch.dist2, counts, self.stack_size, serial)
-        search.set(1, n)
-        search.set(3, int(permuted))
-        search()
+            _Ordering.get().sort(batch.points, n, batch.perm, self._launch)
+        self._launch(kernels.closest_point_query, batch.points, n, batch.perm, int(permuted), self.corner_packets,
+                     self.bound_packets, self.leaf_start, self.width, self.nodes, self.order, self.depth, batch.face,
+                     batch.bary, batch.point, batch.dist2, counts, self.stack_size, n <= SERIAL_MAX)
 
     def _buffers_for(self, n: int) -> QueryBuffers:
         if self._buffers is None or self._buffers.capacity < n:
@@ -350,11 +363,16 @@ class TriangleBVH:
             raise _overflow_error(overflows, self)
 
     def destroy(self) -> None:
+        """Free the tree's memory now (its arrays live in its bindings and batches; fields in groups)."""
         for group in (self._buffers.group if self._buffers else None, self._owned):
             if group is not None:
                 group.destroy()
         self._buffers = self._owned = None
         self._batches.clear()
+        self._bindings.clear()
+        for name in ("mesh_vertices", "mesh_faces", "tree_faces", "order", "centroids", "leaf_start", "corner_packets",
+                     "bound_packets", "node_bound", "nodes", "counter"):
+            setattr(self, name, None)
 
 
 def _overflow_error(overflows: int, bvh: TriangleBVH) -> RuntimeError:

@@ -47,6 +47,7 @@ from engine.kernels.triangle import closest_point_on_triangle
 
 STACK_SIZE = 32  # entries per query thread; >= 3 depth is enough (see module docstring)
 MISSES, OVERFLOWS = 0, 1  # indices into the counters field
+QUERY_BLOCK = 4  # points per block of the parallel query loop
 SLACK = 4e-6  # bound slack relative to the squared size of the bound's geometry (see module docstring)
 CORNER_PACKET = 36  # four slots' corners a, b, c, coordinate by coordinate: a.x of slots 0..3, a.y, ..., c.z
 BOUND_PACKET = 32  # four slots' disc bounds the same way: normal, centroid, radius, slack
@@ -193,8 +194,10 @@ def _record(bounds):
 
 
 @ti.kernel
-def copy_vertices(source: ti.template(), vertices: ti.types.ndarray()):
-    """The mesh's current vertices (a field of the caller's) into the tree's own array, as float32."""
+def copy_vertices(source: ti.template(), vertices: ti.types.ndarray(), serial: ti.template()):
+    """The mesh's current vertices (a field of the caller's) into the tree's own array, as
+    float32; `serial` for a small mesh, where waking the thread pool costs more than the copy."""
+    ti.loop_config(serialize=serial)
     for v in range(vertices.shape[0]):
         vertices[v] = ti.cast(source[v], ti.f32)
 
@@ -468,8 +471,9 @@ def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n:
     are added to counts[MISSES], counts[OVERFLOWS]. Arrays only (numpy on the CPU without a
     copy), so the kernel compiles once per process whatever the mesh and the callers' fields.
     `serial` runs the loop on the launching thread: for a few points, waking the CPU backend's
-    thread pool costs more (~13 us) than the searches."""
-    ti.loop_config(serialize=serial)
+    thread pool costs more (~13 us) than the searches. Otherwise blocks of QUERY_BLOCK points
+    go to whichever thread is free: searches vary in cost, and a batch of 128 stays balanced."""
+    ti.loop_config(serialize=serial, block_dim=QUERY_BLOCK)
     for i in range(n):
         q = i
         if permuted:
