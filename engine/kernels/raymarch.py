@@ -360,7 +360,11 @@ def soft_shadow(ro: vec3, rd: vec3, s: Scene) -> ti.f32:
             y = h * h / (2.0 * prev_h)
             closest = ti.sqrt(ti.max(h * h - y * y, 0.0))
             res = ti.min(res, 10.0 * closest / ti.max(t - y, 1e-4))
-        prev_h = h
+            prev_h = h
+        else:
+            # A bound's distance is no distance to the surfaces the next sample measures: kept as
+            # prev_h it made y exceed h there (closest approach 0: a hard black speck on the floor).
+            prev_h = 1e10
         t += ti.math.clamp(h, 0.01, 0.5)
         if res < 0.001 or t > 8.0 or ro.y + rd.y * t > SCENE_TOP:  # nothing stands above SCENE_TOP
             break
