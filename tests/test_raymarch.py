@@ -106,6 +106,21 @@ def test_floor_beside_the_table_has_no_shadow_specks(ti_cpu):
     assert not specks.any(), f"{specks.sum()} dark specks on the floor at pixels {np.argwhere(specks)[:5].tolist()}"
 
 
+def test_the_fallen_letter_lies_on_its_face(ti_cpu):
+    # as the README tells it: the tile fell forward onto its face, so at t=0 its blank back faces up
+    face_normal = arm.FALLEN_ROT @ [0.0, 0.0, 1.0]
+    assert face_normal[1] < -0.99
+    camera = Camera()
+    rgb = Renderer(W, H).render(arm.scene_at(0.0), camera)
+    top = [arm.FALLEN_CENTER + arm.FALLEN_ROT @ [sx * TILE_HALF[0] * 0.8, sy * TILE_HALF[1] * 0.8, -TILE_HALF[2]]
+           for sx in (-1, 1) for sy in (-1, 1)]
+    rows, cols = zip(*(project(corner, camera) for corner in top))
+    tile = rgb[min(rows):max(rows) + 1, min(cols):max(cols) + 1]
+    assert tile.size and tile.mean() > 0.5  # the pale tile itself is there
+    letter_red = tile[..., 0] > 3.0 * tile[..., 1]  # the letter's paint; the tile and the table are not this red
+    assert not letter_red.any(), f"{letter_red.sum()} pixels of the letter show on the fallen tile's back"
+
+
 def test_aov_images_encode(frame):
     assert image_io.depth_image(frame["depth"], MAX_DEPTH).shape == (H, W)
     assert image_io.normal_image(frame["normal"]).shape == (H, W, 3)

@@ -91,6 +91,7 @@ _S_SC = (0.8660254037844386, -0.5)  # sin, cos of the half aperture (120 degrees
 _S_TOP_ROT = (0.5, -0.8660254037844386)  # cos, sin of -60 degrees
 _S_BOT_ROT = (-0.5, 0.8660254037844386)  # cos, sin of +120 degrees
 STROKE = 0.03
+LETTER_HALF_DEPTH = (TILE_HALF[2] + 0.007) / 2  # the letter spans z in [0, TILE_HALF[2] + 0.007], then rounds
 
 
 @ti.dataclass
@@ -185,10 +186,11 @@ def glyph(g: ti.i32, p: vec2) -> ti.f32:
 
 @ti.func
 def sd_tile(u: vec3, g: ti.i32) -> vec2:
-    """A letter tile in its local frame: (distance, material). The letter stands proud of both faces."""
+    """A letter tile in its local frame: (distance, material). The letter stands proud of the front
+    face (+z) only: the back is blank, so the fallen tile, lying on its face, shows its back."""
     slab = sd_box(u, vec3(TILE_HALF[0] - TILE_ROUND, TILE_HALF[1] - TILE_ROUND,
                           TILE_HALF[2] - TILE_ROUND)) - TILE_ROUND
-    letter = extrude(glyph(g, vec2(u.x, u.y)) - (STROKE - 0.008), u.z, TILE_HALF[2] + 0.007) - 0.008
+    letter = extrude(glyph(g, vec2(u.x, u.y)) - (STROKE - 0.008), u.z - LETTER_HALF_DEPTH, LETTER_HALF_DEPTH) - 0.008
     res = vec2(slab, M_TILE)
     if letter < slab:
         res = vec2(letter, M_LETTER)
