@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 
+from app.version import version
 from engine.backend import ARCH_CHOICES, ARCH_ENV
 from engine.errors import UserError
 
@@ -32,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
         description="shannon-autograd: differentiable graphics on Taichi. Without --headless, opens the desktop app.",
         epilog="subcommands: " + (", ".join(SUBCOMMANDS) or "none yet") + " (python -m app SUBCOMMAND --help)",
     )
+    parser.add_argument("--version", action="version", version=f"shannon-autograd {version()}")
     parser.add_argument("--headless", action="store_true", help="run every acceptance claim, write a report, exit")
     add_arch_argument(parser)
     parser.add_argument("--parity-arch", default=None, metavar="|".join(ARCH_CHOICES[1:]),
