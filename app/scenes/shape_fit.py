@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import taichi as ti
 
-from app.scenes.fit_settings import (MAX_SUBDIV, RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH,
+from app.scenes.fit_settings import (ASSETS, MAX_SUBDIV, RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH,
                                      RECOMMENDED_SMOOTH_END, REAL_TARGETS, TARGETS)
 from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
@@ -51,8 +51,6 @@ from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.mesh_io import Mesh, load_mesh, make_mesh, write_obj
 from engine import meshgen
-
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
 
 def load_target(target: str | Path) -> Mesh:
