@@ -86,7 +86,7 @@ def test_start_up_progress_counts_finished_steps():
     Controller._link_status(controller, state)
     total = sum(1 + len(steps) for steps in START_UP.values())
     assert (state.warmup_done, state.warmup_total) == (1, total)  # the primary backend has started
-    assert state.warmup == ["compiling the ray-march kernel on cpu", "starting the vulkan backend"]
+    assert state.warmup == ["compiling the ray-march kernel on cpu", "starting the vulkan (parity) backend"]
     controller._first_calls[controller.primary].discard("render_frame")
     controller.parity = _Link("unavailable: no Vulkan")
     controller._first_calls[controller.parity] = {"render_frame", "fit_gradient_at"}

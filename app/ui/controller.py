@@ -118,7 +118,8 @@ class Controller:
         parity = self.parity.status
         state.parity.status = {"ready": "idle"}.get(parity, parity)
         warmup, done, total = [], 0, 0
-        for link, arch, role in ((self.primary, state.arch, "primary"), (self.parity, state.parity_arch, "parity")):
+        for link, arch, role in ((self.primary, state.arch, "primary"),
+                                 (self.parity, f"{state.parity_arch} (parity)", "parity")):
             steps = ("start", *START_UP[role])
             total += len(steps)
             if link.status.startswith("unavailable"):

@@ -113,9 +113,11 @@ def _histogram(state: AppState, size: imgui.ImVec2) -> None:
     flags, legend, legend_flags = plot_layout(size)
     if view.hist_counts is None or not implot.begin_plot("values by |A - B|###hist", size, flags):
         return
-    implot.setup_axes("log10 |A - B|", "values (count, log)", implot.AxisFlags_.none, implot.AxisFlags_.auto_fit)
+    implot.setup_axes("log10 |A - B|", "values (count, log)")
     implot.setup_axis_scale(implot.ImAxis_.y1, implot.Scale_.log10)
     implot.setup_axis_limits(implot.ImAxis_.x1, *LOG_RANGE, implot.Cond_.always)
+    # from half a count (a bin of one value shows) to above the tallest bin, at least two decades
+    implot.setup_axis_limits(implot.ImAxis_.y1, 0.5, max(float(view.hist_counts.max()) * 3.0, 50.0), implot.Cond_.always)
     implot.setup_legend(legend, legend_flags)
     implot.plot_bars("values", view.hist_log_err, view.hist_counts, (LOG_RANGE[1] - LOG_RANGE[0]) / HIST_BINS)
     implot.plot_inf_lines(f"atol {view.atol:g}", np.array([np.log10(view.atol)]))
