@@ -128,36 +128,17 @@ def _docking(panel: str | None):
     return splits, {"raymarch": "MainDockSpace", "parity": "ParitySpace", "fit": "RightSpace", "tape": "TapeSpace"}
 
 
-def resolve_archs(arch: str | None, parity_arch: str | None) -> tuple[str, str]:
-    """The requested primary arch and the parity arch (default: the natural partner of the primary).
-
-    Resolving `auto` here needs no Taichi: the UI process never imports it.
-    """
-    from app.headless import default_parity_arch
-    from engine import backend
-
-    requested = backend.requested_arch(arch)
-    primary = requested
-    if requested == "auto":
-        primary = "cuda" if backend.cuda_unavailable_reason() is None else "cpu"
-    parity = backend.requested_arch(parity_arch) if parity_arch else default_parity_arch(primary)
-    if parity == "auto":
-        raise UserError("--parity-arch must name a backend (cuda, vulkan or cpu), not auto")
-    if "cuda" in (requested, parity) and (reason := backend.cuda_unavailable_reason()):
-        raise UserError(f"backend cuda is not available: {reason}")  # as headless says it, before any window
-    return requested, parity
-
-
 def launch_app(args) -> int:
     """The CLI's GUI branch: check the flags and the display, then open the window."""
     from app.ui.state import PANELS
+    from engine import backend
 
     if args.panel is not None and args.panel not in PANELS:
         raise UserError(f"--panel '{args.panel}': choose one of {', '.join(PANELS)}")
     if args.frames is not None and args.frames < 1:
         raise UserError(f"--frames {args.frames}: must be at least 1")
     size = parse_size(args.size)
-    arch, parity_arch = resolve_archs(args.arch, args.parity_arch)
+    arch, parity_arch = backend.resolve_archs(args.arch, args.parity_arch)
     require_display()
     run = run_app(AppOptions(arch=arch, parity_arch=parity_arch, frames=args.frames,
                              screenshot=args.screenshot, panel=args.panel, size=size))
