@@ -44,7 +44,13 @@ log = logging.getLogger(__name__)
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An argparse parser whose errors are one `error:` line and exit code 2 (a `UserError`), not a usage block."""
+    """An argparse parser whose errors are one `error:` line and exit code 2 (a `UserError`), not a usage block.
+
+    Flags must be spelled out (no abbreviations: `--scr` is not `--screenshot`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:
         raise UserError(f"{self.prog}: {message} (see --help)")
@@ -97,18 +103,20 @@ def command_parser(name: str, doc: str | None) -> OneLineParser:
     return parser
 
 
+_handler: logging.Handler | None = None  # the stderr handler configure_logging installed
 OWN_LOGGERS = ("app", "engine", "bench")  # ours follow -v/-q; other libraries' stay at warnings unless -vv
 
 
 def configure_logging(verbosity: int) -> None:
     """Logging to stderr: -qq errors, -q warnings, default info, -v debug (ours), -vv debug (every library too)."""
     ours = {-2: logging.ERROR, -1: logging.WARNING, 0: logging.INFO}.get(max(min(verbosity, 0), -2), logging.DEBUG)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter())
+    global _handler
     root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
+    if _handler is not None:
+        root.removeHandler(_handler)  # only our own: a host's handlers (pytest's) stay
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(_Formatter())
+    root.addHandler(_handler)
     root.setLevel(logging.DEBUG if verbosity >= 2 else max(ours, logging.WARNING))
     for name in OWN_LOGGERS:
         logging.getLogger(name).setLevel(ours)
@@ -182,6 +190,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+HEADLESS_ONLY = ("--out", "--only")
+WINDOW_ONLY = ("--frames", "--screenshot", "--panel", "--size")
+
+
+def _check_mode_flags(args: argparse.Namespace, argv: list[str]) -> None:
+    """A flag of the other mode would be ignored silently: refuse it instead."""
+    given = {token.split("=", 1)[0] for token in argv if token.startswith("--")}
+    wrong = [flag for flag in (WINDOW_ONLY if args.headless else HEADLESS_ONLY) if flag in given]
+    if wrong:
+        mode = "the desktop app (without --headless)" if args.headless else "--headless"
+        raise UserError(f"python -m app: {', '.join(wrong)} only applies to {mode} (see --help)")
+
+
 def _split_verbosity(argv: list[str]) -> tuple[int, list[str]]:
     """Leading -v/-q flags (before a command) and the rest of argv."""
     verbosity, i = 0, 0
@@ -203,6 +224,7 @@ def _dispatch(argv: list[str]) -> int:
         if not rest or rest[0] != args.command:
             raise UserError(f"python -m app: put the command first, then its flags: python -m app {args.command} ...")
         return args.run(args)
+    _check_mode_flags(args, argv)
     if args.headless:
         from app.headless import run_headless
 

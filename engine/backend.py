@@ -65,6 +65,16 @@ def requested_arch(value: str | None = None, flag: str = "--arch") -> str:
     return value
 
 
+def check_requested(arch: str | None = None) -> str:
+    """`requested_arch`, and an explicit cuda refused on a machine without a GPU: what `init` checks before starting.
+
+    Commands call it while they check their flags, so that a backend that cannot start costs nothing."""
+    requested = requested_arch(arch)
+    if requested == "cuda" and (reason := cuda_unavailable_reason()):
+        raise UserError(f"backend cuda is not available: {reason}")
+    return requested
+
+
 def cuda_unavailable_reason() -> str | None:
     """Why CUDA cannot run here, in a few words, or None if a CUDA device answers."""
     try:
@@ -106,7 +116,7 @@ def init(arch: str | None = None, kernel_profiler: bool = False) -> Backend:
     `kernel_profiler` switches on Taichi's per-kernel timing (it can only be chosen at start-up).
     """
     global _current, _profiling
-    requested = requested_arch(arch)
+    requested = check_requested(arch)
     name, note = requested, ""
     if requested == "auto":
         reason = cuda_unavailable_reason()
@@ -114,10 +124,6 @@ def init(arch: str | None = None, kernel_profiler: bool = False) -> Backend:
         if reason:
             note = f"auto: no CUDA ({reason}); running on cpu"
             log.warning(note)
-    elif requested == "cuda":
-        reason = cuda_unavailable_reason()
-        if reason:
-            raise UserError(f"backend cuda is not available: {reason}")
     if _current is not None and _current.name == name and _profiling == kernel_profiler:
         return _current
     _start(name, kernel_profiler)

@@ -26,8 +26,11 @@ class UserError(Exception):
     exit_code = EXIT_BAD_INPUT
 
 
-class Interrupted(Exception):
-    """A caught SIGINT or SIGTERM, raised where the work stops (see `engine.interrupt`)."""
+class Interrupted(BaseException):
+    """A caught SIGINT or SIGTERM, raised where the work stops (see `engine.interrupt`).
+
+    Like `KeyboardInterrupt`, not an `Exception`: code that catches every error (a claim runner,
+    a library) must not swallow the user's request to stop."""
 
     exit_code = EXIT_INTERRUPTED
 

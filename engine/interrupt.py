@@ -64,7 +64,7 @@ def _handlers(handler) -> Iterator[None]:
 @contextmanager
 def graceful_stop(flag: StopFlag | None = None) -> Iterator[StopFlag]:
     """SIGINT/SIGTERM raise the flag; a second SIGINT raises `Interrupted` now (see the module docstring)."""
-    flag = flag or StopFlag()
+    flag = StopFlag() if flag is None else flag
 
     def handler(signum, _frame) -> None:
         name = signal.Signals(signum).name

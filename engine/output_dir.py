@@ -143,7 +143,7 @@ def claim(path: str | os.PathLike, command: str, patterns: Iterable[str], flag: 
     except BlockingIOError:
         other = _read_manifest(fd)
         os.close(fd)
-        who = f"pid {other['pid']}, {other.get('command', '?')}" if "pid" in other else "another process"
+        who = f"pid {other['pid']}, python -m app {other.get('command', '?')}" if "pid" in other else "pid unknown"
         raise UserError(f"{flag} {folder} is in use by another run ({who}): wait for it to finish or "
                         "choose another folder") from None
     try:

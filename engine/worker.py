@@ -91,6 +91,16 @@ def _last_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[-1]}" if text else type(exc).__name__
 
 
+def exit_description(code: int | None) -> str:
+    """A process exit code in words: "exit code 3", "killed by SIGKILL"."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 def _proc_stat(pid: int) -> tuple[str, int] | None:
     """(state letter, CPU ticks used) of a process from /proc, or None where that cannot be read."""
     try:
@@ -164,8 +174,7 @@ class BackendWorker:
             self._process.join(5)
             code = self._process.exitcode
             self._kill()
-            how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
-            raise WorkerError(f"{self.arch} worker died during {what} ({how})") from None
+            raise WorkerError(f"{self.arch} worker died during {what} ({exit_description(code)})") from None
 
     def call(self, name: str, timeout_s: float = DEFAULT_TIMEOUT_S, **inputs: Any) -> dict:
         """Run computation `name` with `inputs` on this worker's backend and return its outputs."""

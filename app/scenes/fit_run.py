@@ -75,8 +75,10 @@ def run_fit(settings: FitSettings, out_dir: str | Path, stop: StopFlag | None = 
     Raises `UserError` for bad settings, target or folder (before any backend starts); `stop`
     (e.g. `engine.interrupt.graceful_stop()`) ends the run early, its files marked interrupted."""
     from app.scenes.shape_fit import load_target
+    from engine import backend
 
     settings.validate()
+    backend.check_requested(settings.arch)
     load_target(settings.target)  # a bad target fails before the folder is touched or a backend starts
     with output_dir.claim(out_dir, "fit", OUTPUTS, need_bytes=_estimate_bytes(settings)) as folder:
         return _run(settings, folder.path, stop if stop is not None else StopFlag())
@@ -210,7 +212,7 @@ def _message(result: FitResult, name: str, arch: str) -> str:
         return (f"FIT DIVERGED at iteration {record['diverged_at']}: {record['divergence']}; lower --lr "
                 f"(outputs in {out}/, fit.json \"diverged\": true)")
     if result.status == "interrupted":
-        return (f"at iteration {record['iterations_done']} of {record['iterations']}: outputs in {out}/ marked "
+        return (f"stopped after iteration {record['iterations_done']} of {record['iterations']}; outputs in {out}/ marked "
                 "\"interrupted\": true")
     top = [name for name in record["files"] if "/" not in name]
     frames = len(record["files"]) - len(top)

@@ -90,8 +90,10 @@ def _videos(text: str) -> tuple[str, ...]:
 
 def _validate(args: argparse.Namespace) -> tuple:
     """Everything checkable before the backend starts; returns (camera, videos, bytes needed on disk)."""
+    from engine import backend
     from engine.render import Camera, check_size
 
+    backend.check_requested(args.arch)
     check_size(args.width, args.height)
     _number("--t", args.t, 0.0, 1.0, " (the timeline)")
     _number("--azimuth", args.azimuth)
@@ -121,8 +123,8 @@ def _aov_labels(renderer) -> dict[str, str]:
              f"inverse depth: white = nearest hit {span[0]:.4g} m, dark grey = farthest hit {span[1]:.4g} m "
              f"(grey level linear in 1/depth), black = no hit")
     return {"depth.png": depth,
-            "normals.png": "world-space unit normal n as RGB = 0.5 + 0.5 n (x right, y up, z towards the sign's "
-                           "face); black = no hit",
+            "normals.png": "world-space unit normal n as RGB = 0.5 + 0.5 n, each channel -1..1 (y up; +z "
+                           "towards the camera at azimuth 0); black = no hit",
             "steps.png": f"ray-march steps per pixel, 0 (dark blue) .. {MAX_STEPS} (yellow), viridis-like ramp"}
 
 
