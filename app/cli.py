@@ -109,7 +109,7 @@ OWN_LOGGERS = ("app", "engine", "bench")  # ours follow -v/-q; other libraries' 
 
 def configure_logging(verbosity: int) -> None:
     """Logging to stderr: -qq errors, -q warnings, default info, -v debug (ours), -vv debug (every library too)."""
-    ours = {-2: logging.ERROR, -1: logging.WARNING, 0: logging.INFO}.get(max(min(verbosity, 0), -2), logging.DEBUG)
+    ours = logging.DEBUG if verbosity > 0 else {-2: logging.ERROR, -1: logging.WARNING, 0: logging.INFO}[max(verbosity, -2)]
     global _handler
     root = logging.getLogger()
     if _handler is not None:

@@ -27,9 +27,16 @@ def write_loss_plot(stem: str | Path, losses: Sequence[float], title: str, mark:
 
         write_loss_plot("out/fit/loss", [0.1, 0.05, 0.01], "Chamfer loss, spot")
     """
+    import matplotlib
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=SIZE_IN, dpi=DPI, layout="constrained")
+    # SVG text stays text (searchable, editable); fixed ids and no date: the same run gives the same bytes
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "shannon-autograd"}):
+        return _draw(Figure(figsize=SIZE_IN, dpi=DPI, layout="constrained"), Path(stem), losses, title, mark, ylabel)
+
+
+def _draw(figure, stem: Path, losses: Sequence[float], title: str, mark: tuple[int, str] | None,
+          ylabel: str) -> list[Path]:
     axes = figure.add_subplot()
     points = [(i, value) for i, value in enumerate(losses) if value > 0 and math.isfinite(value)]
     if points:
@@ -46,11 +53,10 @@ def write_loss_plot(stem: str | Path, losses: Sequence[float], title: str, mark:
     axes.set_title(title)
     axes.grid(True, which="major", alpha=0.4)
     axes.grid(True, which="minor", alpha=0.15)
-    stem = Path(stem)
     written = []
     for fmt in ("png", "svg"):
         buffer = io.BytesIO()
-        figure.savefig(buffer, format=fmt, metadata={"Software": "shannon-autograd"} if fmt == "png" else None)
+        figure.savefig(buffer, format=fmt, metadata={"Software": "shannon-autograd"} if fmt == "png" else {"Date": None})
         path = stem.with_name(f"{stem.name}.{fmt}")
         atomic.write_bytes(path, buffer.getvalue())
         written.append(path)

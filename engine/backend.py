@@ -23,6 +23,7 @@ import ctypes
 import io
 import logging
 import os
+import time
 from dataclasses import dataclass
 
 from engine.errors import UserError
@@ -126,7 +127,9 @@ def init(arch: str | None = None, kernel_profiler: bool = False) -> Backend:
             log.warning(note)
     if _current is not None and _current.name == name and _profiling == kernel_profiler:
         return _current
+    started = time.perf_counter()
     _start(name, kernel_profiler)
+    log.debug("backend %s started in %.2f s", name, time.perf_counter() - started)
     _profiling = kernel_profiler
     actual = _arch_in_use()
     if actual != name:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Iterable
 
 from engine.errors import UserError
 
+log = logging.getLogger(__name__)
 MANIFEST = ".shannon-run.json"  # the lock, and the record of what the last run writes
 MIN_FREE_BYTES = 1 << 20
 
@@ -111,21 +113,24 @@ def _read_manifest(fd: int) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def _clear(folder: Path, patterns: Iterable[str]) -> None:
-    """Remove the files matching `patterns` (relative globs) and the subfolders this leaves empty."""
+def _clear(folder: Path, patterns: Iterable[str]) -> int:
+    """Remove the files matching `patterns` (relative globs) and the subfolders this leaves empty; how many files."""
     emptied: set[Path] = set()
+    removed = 0
     for pattern in patterns:
         if not isinstance(pattern, str) or pattern.startswith(("/", ".")) or ".." in Path(pattern).parts:
             continue  # a manifest from elsewhere must not make us delete outside the folder
         for match in folder.glob(pattern):
             if match.is_file() or match.is_symlink():
                 match.unlink()
+                removed += 1
                 emptied.update(parent for parent in match.parents if folder in parent.parents)
     for sub in sorted(emptied, key=lambda p: len(p.parts), reverse=True):
         try:
             sub.rmdir()
         except OSError:
             pass  # not empty: it holds something that is not ours
+    return removed
 
 
 def claim(path: str | os.PathLike, command: str, patterns: Iterable[str], flag: str = "--out",
@@ -148,11 +153,14 @@ def claim(path: str | os.PathLike, command: str, patterns: Iterable[str], flag: 
                         "choose another folder") from None
     try:
         earlier = _read_manifest(fd)
-        _clear(folder, (*earlier.get("patterns", ()), *patterns))
+        removed = _clear(folder, (*earlier.get("patterns", ()), *patterns))
         record = json.dumps({"pid": os.getpid(), "command": command, "patterns": list(patterns)}, indent=2)
         os.ftruncate(fd, 0)
         os.pwrite(fd, (record + "\n").encode("utf-8"), 0)
     except OSError as exc:
         os.close(fd)
         raise UserError(f"{flag} {folder}: cannot clear an earlier run's files ({_reason(exc)})") from None
+    if removed:
+        log.info("cleared %d file(s) an earlier run left in %s/", removed, folder)
+    log.debug("%s/ is locked for this run (pid %d)", folder, os.getpid())
     return OutputDir(folder, command, patterns, fd)

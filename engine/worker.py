@@ -25,6 +25,7 @@ parent went away (its pipe closed) exits quietly.
 """
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import signal
 import time
@@ -34,6 +35,7 @@ from typing import Any
 from engine.errors import UserError
 from engine.interrupt import signals_ignored
 
+log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 300.0
 WATCH_S = 0.25  # how often a waiting parent looks at the worker process
 STOPPED_GRACE_S = 2.0  # a worker stopped (SIGSTOP, a debugger) this long is given up
@@ -127,6 +129,7 @@ class BackendWorker:
             self.close()
             self._raise(reply)
         self.backend: dict = reply[1]  # the record of what actually runs there
+        log.debug("%s worker started (pid %d)", arch, self._process.pid)
 
     @property
     def pid(self) -> int | None:
