@@ -28,6 +28,8 @@ def render(vertices: np.ndarray, faces: np.ndarray, size: int = 320, yaw: float 
     fill the image; with it the view is fixed at [-extent, extent] around the origin (frames of
     a video stay comparable)."""
     vertices = np.asarray(vertices, float)
+    if not np.all(np.isfinite(vertices)):
+        return Image.new("RGB", (size, size), "white")  # a diverged fit's NaN mesh: nothing to draw
     centre = (vertices.max(0) + vertices.min(0)) / 2 if extent is None else np.zeros(3)
     v = (vertices - centre) @ _rotation(yaw, pitch).T
     scale = 0.45 * size / np.abs(v[:, :2]).max() if extent is None else 0.5 * size / extent

@@ -158,6 +158,8 @@ CASES = [
     ("app-env-ti-arch", ["--arch", "cpu"], 2, "TI_ARCH=cuda is set", {"TI_ARCH": "cuda"}),
     ("app-parity-unknown", ["--parity-arch", "gpu"], 2, "unknown backend 'gpu' (from --parity-arch)", {}),
     ("bench-unknown", ["bench", "nope"], 2, "argument NAME: invalid choice: 'nope'", {}),
+    ("bench-out-proc", ["bench", "launch", "--out", "/proc/x"], 2, "--out /proc/x: cannot create the folder", {}),
+    ("bench-unknown-flag", ["bench", "launch", "--fast"], 2, "bench launch: unrecognized arguments: --fast", {}),
 ]
 if NO_GPU:
     CASES += [
