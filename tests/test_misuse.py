@@ -128,6 +128,9 @@ CASES = [
     ("render-aov", ["render", "--aov", "some"], 2, "--aov: invalid choice", {}),
     ("render-animation-too-big", ["render", "--frames", "10000", "--width", "4096", "--height", "2048"], 2,
      "holds 234.4 GiB of frames", {}),
+    ("render-aov-with-frames", ["render", "--frames", "3", "--aov", "all"], 2, "--aov all applies to a single frame",
+     {}),
+    ("render-float-with-frames", ["render", "--frames", "3", "--float", "npy"], 2, "--float applies to a single", {}),
     ("render-out-is-a-file", ["render", "--out", "a_file"], 2, "--out a_file: exists and is not a folder", {}),
     ("render-env-ti-arch", ["render"], 2, "TI_ARCH=vulkan is set", {"TI_ARCH": "vulkan"}),
     # headless

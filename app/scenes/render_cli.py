@@ -102,6 +102,10 @@ def _validate(args: argparse.Namespace) -> tuple:
     _number("--fps", args.fps, *FPS_RANGE, " frames per second")
     if not 0 <= args.frames <= MAX_FRAMES:
         raise UserError(f"--frames {args.frames} is out of range: choose 0..{MAX_FRAMES}")
+    single = [flag for flag, on in (("--aov all", args.aov == "all"), ("--float", args.float_format != "none")) if on]
+    if args.frames and single:
+        verb = "applies" if len(single) == 1 else "apply"
+        raise UserError(f"{' and '.join(single)} {verb} to a single frame: leave out --frames, or {' and '.join(single)}")
     videos = _videos(args.video) if args.frames else ()
     frame_bytes = args.width * args.height * 3
     if videos and args.frames * frame_bytes > ANIMATION_BUDGET:
