@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """NAME and the benchmark's own flags (`python -m app bench NAME --help` lists them)."""
     parser.add_argument("name", choices=[*BENCHMARKS, "all"], metavar="NAME",
                         help=f"one of {', '.join(BENCHMARKS)}, or all (every one that needs no display)")
-    parser.add_argument("flags", nargs=argparse.REMAINDER, metavar="...", help="the benchmark's flags (NAME --help lists them)")
+    parser.add_argument("flags", nargs=argparse.REMAINDER, metavar="...",
+                        help="the benchmark's flags (NAME --help lists them)")
 
 
 def run(args: argparse.Namespace) -> int:

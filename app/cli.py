@@ -40,7 +40,6 @@ SUBCOMMANDS: dict[str, str] = {  # name -> "module" (add_arguments + run) or "mo
     "fit": "app.scenes.fit_cli",
 }
 VERBOSITY_FLAGS = {"-v": 1, "--verbose": 1, "-vv": 2, "-q": -1, "--quiet": -1, "-qq": -2}
-log = logging.getLogger(__name__)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -95,10 +94,20 @@ def add_arch_argument(parser: argparse.ArgumentParser) -> None:
                         help=f"backend to run on (default: ${ARCH_ENV}, else auto: CUDA if present, else cpu)")
 
 
+class _CommandParser(OneLineParser):
+    """A "module:main" command's parser: parsing also applies its -v/-q (given there, else those before the command)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, rest = super().parse_known_args(args, namespace)
+        if getattr(parsed, "verbosity", 0):
+            configure_logging(parsed.verbosity)
+        return parsed, rest
+
+
 def command_parser(name: str, doc: str | None) -> OneLineParser:
     """A parser for `python -m app NAME` with the conventions of the module docstring (for "module:main" rows)."""
-    parser = OneLineParser(prog=f"python -m app {name}", description=_summary_of(doc),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _CommandParser(prog=f"python -m app {name}", description=_summary_of(doc),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     add_verbosity_arguments(parser)
     return parser
 
@@ -109,7 +118,8 @@ OWN_LOGGERS = ("app", "engine", "bench")  # ours follow -v/-q; other libraries' 
 
 def configure_logging(verbosity: int) -> None:
     """Logging to stderr: -qq errors, -q warnings, default info, -v debug (ours), -vv debug (every library too)."""
-    ours = logging.DEBUG if verbosity > 0 else {-2: logging.ERROR, -1: logging.WARNING, 0: logging.INFO}[max(verbosity, -2)]
+    levels = {-2: logging.ERROR, -1: logging.WARNING, 0: logging.INFO}
+    ours = logging.DEBUG if verbosity > 0 else levels[max(verbosity, -2)]
     global _handler
     root = logging.getLogger()
     if _handler is not None:

@@ -25,7 +25,8 @@ from engine.errors import UserError
 def _temporary(target: Path) -> Path:
     """Create an empty, new hidden file beside `target` with the umask's permissions."""
     for _ in range(100):
-        tmp = target.with_name(f".{target.stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp{target.suffix}")  # writers infer formats from the suffix
+        # the suffix stays last: writers (matplotlib, ffmpeg) infer the format from it
+        tmp = target.with_name(f".{target.stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp{target.suffix}")
         try:
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
             return tmp

@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--config", default=None, metavar="FIT_JSON",
                       help="run again with the settings of a fit.json; flags given beside it override them")
     how = parser.add_argument_group("settings")
-    how.add_argument("--subdiv", type=int, default=None, metavar="S", help=f"icosphere subdivision 0..{MAX_SUBDIV} (default 3: 642 vertices)")
+    how.add_argument("--subdiv", type=int, default=None, metavar="S",
+                     help=f"icosphere subdivision 0..{MAX_SUBDIV} (default 3: 642 vertices)")
     how.add_argument("--iters", type=int, default=None, dest="iterations", metavar="N",
                      help=f"iterations (default {RECOMMENDED_ITERS})")
     how.add_argument("--lr", type=float, default=None, help=f"Adam learning rate (default {RECOMMENDED_LR})")
@@ -42,8 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--smooth-end", type=float, default=None, metavar="LAMBDA1",
                      help="let the step fall linearly from --smooth to this over --iters "
                           "(default: constant when --smooth is given)")
-    how.add_argument("--samples", type=int, default=None, metavar="N", help="target surface samples (default: max(4096, 2 F))")
-    how.add_argument("--seed", type=int, default=None, metavar="S", help="seed of the target samples, 0..2^32-1 (default 0)")
+    how.add_argument("--samples", type=int, default=None, metavar="N",
+                     help="target surface samples (default: max(4096, 2 F))")
+    how.add_argument("--seed", type=int, default=None, metavar="S",
+                     help="seed of the target samples, 0..2^32-1 (default 0)")
     files = parser.add_argument_group("backend and files")
     add_arch_argument(files)
     files.add_argument("--out", default="out/fit", metavar="DIR", help="output folder (default out/fit)")
@@ -51,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="write the mesh every K iterations (default 0: never)")
     files.add_argument("--mesh-format", choices=MESH_FORMATS, default=None,
                        help="format of final.* and frames/iter_*.* (default obj)")
-    files.add_argument("--video", action="store_true", default=None, help="also write progress.mp4, a preview of the mesh as it fits")
+    files.add_argument("--video", action="store_true", default=None,
+                       help="also write progress.mp4, a preview of the mesh as it fits")
 
 
 SETTING_FLAGS = ("target", "subdiv", "iterations", "lr", "samples", "seed", "dump_every", "mesh_format", "video",
