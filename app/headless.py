@@ -67,8 +67,9 @@ class ClaimContext:
         return bool(self.checks) and all(check["passed"] for check in self.checks)
 
 
-def _run_claim(ctx: ClaimContext) -> dict:
-    """Run one claim; its record for report.json. A crash fails the claim (with a crash log), not the run."""
+def _run_claim(ctx: ClaimContext, claims: list[dict]) -> None:
+    """Run one claim and append its record for report.json (before its banner: an interrupt after the banner
+    keeps it). A crash fails the claim (with a crash log), not the run."""
     started = time.perf_counter()
     error = crash = None
     try:
@@ -84,14 +85,14 @@ def _run_claim(ctx: ClaimContext) -> dict:
         crash = {"traceback": text, "crash_log": str(crash_log.write(text, f"claim {ctx.name}: {error}"))}
     if error:
         ctx.check(False, f"{ctx.name}: {error}")
-    print(f"{ctx.name.upper()} ACCEPTANCE {'PASSED' if ctx.passed else 'FAILED'}", flush=True)
     record = {"name": ctx.name, "passed": ctx.passed, "wall_s": round(time.perf_counter() - started, 3),
               "metrics": ctx.metrics, "checks": ctx.checks}
     if error:
         record["error"] = error
     if crash:
         record.update(crash)
-    return record
+    claims.append(record)
+    print(f"{ctx.name.upper()} ACCEPTANCE {'PASSED' if ctx.passed else 'FAILED'}", flush=True)
 
 
 def claim_names(only: str | None) -> list[str]:
@@ -122,7 +123,7 @@ def run_headless(arch: str | None, parity_arch: str | None, out: str, only: str 
         interrupted: Interrupted | None = None
         try:
             for name in names:
-                claims.append(_run_claim(ClaimContext(name, running, parity_arch, folder.path, workers)))
+                _run_claim(ClaimContext(name, running, parity_arch, folder.path, workers), claims)
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = exc if isinstance(exc, Interrupted) else Interrupted("SIGINT")
         finally:

@@ -409,7 +409,7 @@ def case_disk_fills_during_the_run(tmp_path):
         finally:
             process.kill()
         line = assert_one_error_line(process.returncode, out, err, 2, "No space left on device")
-        assert "frames/iter_" in line
+        assert f"cannot write {mount / 'out'}/" in line  # a frame, or a file after the loop on a fast machine
         frames = list((mount / "out" / "frames").glob("iter_*.obj"))
         assert len(frames) >= 3 and all(frame.stat().st_size > 0 for frame in frames)
         no_temporary_files(mount / "out")
