@@ -47,7 +47,7 @@ def _draw(figure, stem: Path, losses: Sequence[float], title: str, mark: tuple[i
     if mark is not None:
         axes.axvline(mark[0], color="#555555", linestyle="--", linewidth=1.0, label=f"{mark[1]} at iteration {mark[0]}")
     if points or mark is not None:
-        axes.legend(loc="upper right")
+        axes.legend(loc="best")
     axes.set_xlabel("iteration")
     axes.set_ylabel(ylabel)
     axes.set_title(title)
