@@ -124,12 +124,24 @@ def configure_logging(verbosity: int) -> None:
     root = logging.getLogger()
     if _handler is not None:
         root.removeHandler(_handler)  # only our own: a host's handlers (pytest's) stay
-    _handler = logging.StreamHandler(sys.stderr)
+    _handler = _StderrHandler()
     _handler.setFormatter(_Formatter())
     root.addHandler(_handler)
     root.setLevel(logging.DEBUG if verbosity >= 2 else max(ours, logging.WARNING))
     for name in OWN_LOGGERS:
         logging.getLogger(name).setLevel(ours)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a record comes (a host that swaps it, pytest, still gets the lines)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
 
 
 class _Formatter(logging.Formatter):
