@@ -28,7 +28,8 @@ class Purpose:
 
 PURPOSES = {
     "open_mesh": Purpose("Open a target mesh", MESH_EXTENSIONS, False, "fit_open"),
-    "export_mesh": Purpose("Export the fitted mesh (OBJ)", (".obj",), True, "fit_export"),
+    "export_mesh": Purpose("Export the fitted mesh (OBJ, PLY, STL or GLB)", (".obj", ".ply", ".stl", ".glb"), True,
+                           "fit_export"),
     "save_frame": Purpose("Save the ray-march frame (PNG)", (".png",), True, "save_frame"),
     "save_screenshot": Purpose("Save a screenshot of the window (PNG)", (".png",), True, "save_screenshot"),
 }
