@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import importlib.util
 import os
 import signal
 import time
@@ -142,8 +141,12 @@ def main(argv: list[str]) -> int:
     if args.kind == "invert":
         raise UserError("batch invert needs `python -m app invert` (inverse rendering, issue 11), "
                         "which is not in this build yet")
-    if importlib.util.find_spec("ray") is None:
-        raise UserError(INSTALL_HINT)
+    try:  # Ray is the optional `batch` extra: imported here, by this command only
+        from app.batch import ray_session  # noqa: F401
+    except ImportError as exc:
+        if exc.name != "ray":
+            raise
+        raise UserError(INSTALL_HINT) from None
     from engine.backend import requested_arch
 
     for flag in ("cpus", "cpus_per_task"):
@@ -225,12 +228,15 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path, jobs: list[job_sp
 def _print_summary(args: argparse.Namespace, out: Path, rows: list[dict], summary: dict) -> None:
     tally, where = summary["counts"], summary["ray"]
     place = (f"{where['mode']} Ray, {where.get('nodes', 0)} node(s), {where.get('CPU', 0):g} CPUs, "
-             f"started in {where.get('ray_start_s', 0):.1f} s" if "CPU" in where else where["mode"])
+             f"{'started' if where['mode'] == 'embedded' else 'joined'} in {where.get('ray_start_s', 0):.1f} s"
+             if "CPU" in where else where["mode"])
     print(f"batch {args.kind}: {len(rows)} jobs: " + ", ".join(f"{n} {status}" for status, n in tally.items())
           + f" ({summary['resumed']} done before) in {summary['wall_s']:.1f} s ({place}) -> {out}/batch.csv")
     for row in rows:
-        if row["status"] != "ok":
-            print(f"  {row['status']:<11} {row['job']}: {row.get('error', '')}")
+        if row["status"] in ("error", "diverged"):
+            print(f"  {row['status']:<8} {row['job']}: {row.get('error', '')}")
+    if tally["interrupted"]:
+        print(f"  interrupted: {tally['interrupted']} jobs not run or not finished; rerun the command to finish them")
     for target, best in summary.get("winners", {}).items():
         settings = " ".join(f"{k}={v}" for k, v in best["settings"].items())
         print(f"  best for {target}: {settings} (chamfer {best['chamfer']:.3e}, hausdorff {best['hausdorff']:.3f}, "
