@@ -11,6 +11,7 @@ BENCHMARKS: dict[str, str] = {  # name -> "module:function"
     "fit_overhead": "bench.fit_overhead:main",
     "raymarch": "bench.raymarch:main",
     "gui_fps": "bench.gui_fps:main",
+    "batch": "bench.batch:main",
 }
 NEEDS_DISPLAY = {"gui_fps"}  # left out of `all`, which must run on a headless GPU machine
 

@@ -421,3 +421,37 @@ def test_a_cluster_that_does_not_answer_is_one_line_after_the_timeout(tmp_path):
                         f"127.0.0.2:{_free_port('127.0.0.2')}"], tag)
     assert nobody.returncode == 2 and "no Ray head answers there" in nobody.stderr and nobody.stderr.count("\n") == 1
     assert_none_left(tag)
+
+
+def test_taichi_restarted_per_job_reuses_its_cached_kernels_and_caps_threads(tmp_path):
+    """What app.batch.execute relies on (Taichi 1.7.4): TI_CPU_MAX_NUM_THREADS caps the cpu threads;
+    `engine.backend.stop` writes the offline cache; a job in a restarted Taichi finds its kernels there
+    (no new cache entry), while a second set of fields in the same program compiles new instances."""
+    code = """if True:
+        import json, os, pathlib, numpy as np, taichi as ti
+        from engine import backend
+        from engine.affine import AffineProblem
+        cache = pathlib.Path(os.environ['TI_OFFLINE_CACHE_FILE_PATH'])
+        def entries():
+            return len(list(cache.rglob('*.tic')))
+        def job(problems):
+            backend.init('cpu')
+            threads = ti.lang.impl.current_cfg().cpu_max_num_threads
+            for _ in range(problems):
+                AffineProblem(64).forward(np.ones(64, np.float32))
+            backend.stop()
+            return threads
+        seen = {'threads': job(1), 'first': entries()}
+        job(1)
+        seen['again'] = entries()
+        job(2)
+        seen['two_sets_of_fields'] = entries()
+        print(json.dumps(seen))
+    """
+    env = {**os.environ, "TI_CPU_MAX_NUM_THREADS": "1", "TI_OFFLINE_CACHE_FILE_PATH": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["threads"] == 1
+    assert seen["first"] > 0 and seen["again"] == seen["first"]
+    assert seen["two_sets_of_fields"] > seen["first"]
