@@ -54,6 +54,10 @@ def main(argv: list[str]) -> int:
     from engine.backend import requested_arch
 
     arch = requested_arch(options.arch)
+    if arch == "auto":  # decided once here rather than announced by every job
+        from engine.backend import cuda_unavailable_reason
+
+        arch = "cpu" if cuda_unavailable_reason() else "cuda"
     cores = os.cpu_count() or 1
     run_job(_jobs(1, options.subdiv, options.iters, arch, cores)[0])  # warm the offline cache, untimed
 

@@ -455,3 +455,27 @@ def test_taichi_restarted_per_job_reuses_its_cached_kernels_and_caps_threads(tmp
     assert seen["threads"] == 1
     assert seen["first"] > 0 and seen["again"] == seen["first"]
     assert seen["two_sets_of_fields"] > seen["first"]
+
+
+def test_a_job_on_a_backend_the_node_lacks_or_that_diverges_is_a_row():
+    """In a worker process of its own (run_job restarts Taichi): --arch cuda without a GPU is the backend's
+    error, not a cpu run; a fit whose loss leaves the floats is a diverged row; neither raises."""
+    code = """if True:
+        import json
+        from app.batch.execute import run_job
+        from app.batch.jobs import fit_jobs
+        base = {"subdiv": 0, "iters": 3, "samples": 64}
+        cuda = run_job(fit_jobs(["blob"], {}, base, "cuda", 1)[0])["row"]
+        wild = run_job(fit_jobs(["blob"], {}, {**base, "lr": 1e30}, "cpu", 1)[0])["row"]
+        print(json.dumps([cuda, wild]))
+    """
+    from engine.backend import cuda_unavailable_reason
+
+    if cuda_unavailable_reason() is None:
+        pytest.skip("this machine has a GPU: the cuda job would run")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env=batch_env("rows"))
+    assert result.returncode == 0, result.stderr
+    cuda, wild = json.loads(result.stdout.strip().splitlines()[-1])
+    assert cuda["status"] == "error" and cuda["error"].startswith("backend cuda is not available") and cuda["backend"] == ""
+    assert wild["status"] == "diverged" and "diverged" in wild["error"] and wild["backend"] == "cpu"

@@ -13,8 +13,8 @@ Taichi in a reused worker process (Ray runs many tasks in one worker), measured 
   Taichi after each job (`engine.backend.stop`, i.e. `ti.reset`) frees the job's fields, writes
   the cache there and then, and numbers the next job's SNodes from 0 again: the same kernels, the
   same cache keys, set-up flat at 1.2-2.3 s (docs/RESULTS.md has the figures).
-- **One backend per worker.** Every job in a worker asks for the arch of its first job (a batch
-  has one `--arch`); a job asking for another is refused as an error row.
+- **One backend per worker.** Every job in a worker asks for the arch of the first job that started
+  a backend there (a batch has one `--arch`); a job asking for another is refused as an error row.
 - **Threads:** Taichi's CPU threads are capped at the task's `num_cpus` (`TI_CPU_MAX_NUM_THREADS`,
   read by `ti.init`), so parallel tasks do not oversubscribe the cores.
 - **Offline cache:** Taichi's default cache folder (or `TI_OFFLINE_CACHE_FILE_PATH`) is per user,
@@ -60,7 +60,6 @@ def run_job(job: Job) -> dict:
     try:
         if _worker_arch not in (None, job.arch):
             raise UserError(f"this worker runs --arch {_worker_arch}; a job asking for {job.arch} needs its own")
-        _worker_arch = job.arch
         with tempfile.TemporaryDirectory(prefix="shannon-job-") as folder:
             row.update(RUNNERS[job.kind](job, Path(folder)))
             files = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
@@ -72,6 +71,8 @@ def run_job(job: Job) -> dict:
     finally:
         stopped = backend.stop()  # frees the job's fields and writes the offline cache now (see the module docstring)
         row["backend"] = stopped.name if stopped else ""
+        if stopped is not None:  # a backend ran: this worker is now of that arch
+            _worker_arch = job.arch
     row["wall_s"] = round(time.perf_counter() - started, 3)
     return {"row": row, "files": files, "log": log}
 
