@@ -399,6 +399,11 @@ def test_two_node_cluster_on_loopback(targets, singles, tmp_path):
         rows = assert_the_batch_of_six(out, targets, singles, result)
         assert {row["node"] for row in rows.values() if row["status"] == "ok"} == {"127.0.0.2", "127.0.0.3"}
         assert json.loads((out / "batch.json").read_text())["ray"]["nodes"] == 2
+        refused = subprocess.run([sys.executable, "-m", "app", "batch", "fit", "--targets", "blob", "--out",
+                                  str(tmp_path / "refused"), "--address", f"127.0.0.2:{port}"], capture_output=True,
+                                 text=True, timeout=120, cwd=ROOT, env={**env, "RAY_AUTH_TOKEN": "0" * 32})
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+        assert "the cluster refused this command's token" in refused.stderr
     finally:
         for node in reversed(nodes):
             _stop(node)

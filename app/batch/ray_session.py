@@ -122,20 +122,33 @@ class RaySession:
             socket.create_connection((host, port), timeout=min(self.connect_timeout, 10.0)).close()
         except OSError as exc:
             raise UserError(f"--address {self.address}: no Ray head answers there ({exc.strerror or exc})") from None
-        watchdog = threading.Timer(self.connect_timeout, self._give_up)  # ray.init retries for minutes
-        watchdog.daemon = True
-        watchdog.start()
-        try:
-            ray.init(address=self.address, log_to_driver=False, logging_level=logging.ERROR)
-        except ConnectionError as exc:
-            raise UserError(f"--address {self.address}: {str(exc).strip().splitlines()[0]}") from None
-        finally:
-            watchdog.cancel()
+        # ray.init retries for minutes and its C++ core logs every retry on stderr (fd 2): hold those
+        # lines, and let a watcher give up with one line on a refused token or after connect_timeout.
+        with tempfile.TemporaryFile() as held:
+            saved = os.dup(2)
+            os.dup2(held.fileno(), 2)
+            connected = threading.Event()
+            threading.Thread(target=self._watch, args=(held.fileno(), saved, connected), daemon=True).start()
+            try:
+                ray.init(address=self.address, log_to_driver=False, logging_level=logging.ERROR)
+            except ConnectionError as exc:
+                raise UserError(f"--address {self.address}: {str(exc).strip().splitlines()[0]}") from None
+            finally:
+                connected.set()
+                os.dup2(saved, 2)
+                os.close(saved)
 
-    def _give_up(self) -> None:
-        print(f"error: --address {self.address}: Ray did not connect within {self.connect_timeout:g} s "
-              "(is it a Ray head? with RAY_AUTH_MODE=token, is RAY_AUTH_TOKEN the cluster's?)", file=sys.stderr)
-        os._exit(2)  # ray.init cannot be interrupted from another thread; in cluster mode nothing local was started
+    def _watch(self, held: int, saved: int, connected: threading.Event) -> None:
+        deadline = time.monotonic() + self.connect_timeout
+        while not connected.wait(0.2):
+            refused = b"InvalidAuthToken" in os.pread(held, 1 << 20, 0)
+            if refused or time.monotonic() > deadline:
+                os.dup2(saved, 2)
+                reason = ("the cluster refused this command's token: set RAY_AUTH_MODE=token and the cluster's "
+                          "RAY_AUTH_TOKEN" if refused else
+                          f"Ray did not connect within {self.connect_timeout:g} s (is a Ray head listening there?)")
+                print(f"error: --address {self.address}: {reason}", file=sys.stderr, flush=True)
+                os._exit(2)  # ray.init cannot be interrupted from another thread; nothing local was started
 
     def _start(self) -> None:
         self.marker = secrets.token_hex(8)
