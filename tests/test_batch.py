@@ -484,3 +484,15 @@ def test_a_job_on_a_backend_the_node_lacks_or_that_diverges_is_a_row():
     cuda, wild = json.loads(result.stdout.strip().splitlines()[-1])
     assert cuda["status"] == "error" and cuda["error"].startswith("backend cuda is not available") and cuda["backend"] == ""
     assert wild["status"] == "diverged" and "diverged" in wild["error"] and wild["backend"] == "cpu"
+
+
+def test_one_batch_per_output_folder(tmp_path):
+    from app.batch.cli import _lock
+
+    held = _lock(tmp_path)
+    try:
+        with pytest.raises(UserError, match=rf"--out {tmp_path} is in use by another batch \(pid {os.getpid()}\)"):
+            _lock(tmp_path)
+    finally:
+        held.close()
+    _lock(tmp_path).close()  # free again once the first run let go

@@ -119,13 +119,18 @@ def _render_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
 
 def _lock(out: Path):
     """Hold OUT/.batch.lock for this run: a second batch into the same folder is refused."""
-    out.mkdir(parents=True, exist_ok=True)
-    handle = open(out / ".batch.lock", "a+")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        handle = open(out / ".batch.lock", "a+")
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write there ({exc.strerror or type(exc).__name__})") from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.seek(0)
-        raise UserError(f"{out} is in use by another batch (pid {handle.read().strip() or '?'})") from None
+        holder = handle.read().strip() or "?"
+        handle.close()
+        raise UserError(f"--out {out} is in use by another batch (pid {holder})") from None
     handle.seek(0)
     handle.truncate()
     handle.write(str(os.getpid()))
