@@ -5,7 +5,8 @@ sequentially in this process (`app.batch.execute.run_job`, one after another, Ta
 core), then as a batch through an embedded Ray with one task per job, 1 CPU each, as many at once
 as the machine has cores. Both sides run the job code a batch worker runs (Taichi restarted per
 job, the quality measurement included); a first job, untimed, warms the offline kernel cache.
-The answers are compared before any figure is printed: every job's losses bit for bit.
+The answers are compared before any figure is printed: every job's losses bit for bit. The two
+sides alternate for `--repeats` rounds; medians and ranges are reported.
 
 Overhead per task: the task slots' time not spent inside a job, shared out per task:
 (slots x Ray wall - sum of the jobs' own wall times) / N, with the Ray wall measured from the
@@ -43,15 +44,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, default=8, help="fits per side (default 8)")
     parser.add_argument("--subdiv", type=int, default=2, help="icosphere subdivision (default 2)")
     parser.add_argument("--iters", type=int, default=100, help="iterations per fit (default 100)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating rounds of both sides (default 3)")
     options = parser.parse_args(argv)
-    if options.jobs < 1 or options.iters < 1:
-        raise UserError("--jobs and --iters must be at least 1")
+    if min(options.jobs, options.iters, options.repeats) < 1:
+        raise UserError("--jobs, --iters and --repeats must be at least 1")
     try:
         from app.batch.ray_session import RaySession
     except ImportError:
         raise UserError('bench batch needs Ray: pip install ".[batch]"') from None
     from app.batch.execute import run_job
     from engine.backend import requested_arch
+    from engine.progress import bar
 
     arch = requested_arch(options.arch)
     if arch == "auto":  # decided once here rather than announced by every job
@@ -61,36 +64,43 @@ def main(argv: list[str]) -> int:
     cores = os.cpu_count() or 1
     run_job(_jobs(1, options.subdiv, options.iters, arch, cores)[0])  # warm the offline cache, untimed
 
-    sequential = _jobs(options.jobs, options.subdiv, options.iters, arch, cores)
-    started = time.perf_counter()
-    here = [run_job(job) for job in sequential]
-    sequential_wall = time.perf_counter() - started
+    seq_walls, ray_walls, ray_starts, seq_jobs, ray_jobs, overheads = [], [], [], [], [], []
+    with bar(total=2 * options.repeats, desc="bench batch") as progress:
+        for _ in range(options.repeats):  # the sides alternate: a busy machine weighs on both alike
+            sequential = _jobs(options.jobs, options.subdiv, options.iters, arch, cores)
+            started = time.perf_counter()
+            here = [run_job(job) for job in sequential]
+            seq_walls.append(time.perf_counter() - started)
+            progress.update()
+            there: dict[str, dict] = {}
+            with RaySession(cpus=cores) as session:
+                started = time.perf_counter()
+                session.run(_jobs(options.jobs, options.subdiv, options.iters, arch, 1),
+                            lambda job, result: there.__setitem__(job.name, result))
+                ray_walls.append(time.perf_counter() - started)
+                ray_starts.append(session.started_s)
+            progress.update()
+            for job, result in zip(sequential, here):
+                if _losses(result) != _losses(there[job.name]):
+                    raise UserError(f"bench batch: {job.name} gave other losses through Ray than in this process")
+            seq_jobs += [r["row"]["wall_s"] for r in here]
+            ray_jobs += [r["row"]["wall_s"] for r in there.values()]
+            overheads.append((cores * ray_walls[-1] - sum(r["row"]["wall_s"] for r in there.values())) / options.jobs)
 
-    there: dict[str, dict] = {}
-    with RaySession(cpus=cores) as session:
-        started = time.perf_counter()
-        session.run(_jobs(options.jobs, options.subdiv, options.iters, arch, 1),
-                    lambda job, result: there.__setitem__(job.name, result))
-        ray_wall = time.perf_counter() - started
-        ray_start = session.started_s
-    for job, result in zip(sequential, here):
-        if _losses(result) != _losses(there[job.name]):
-            raise UserError(f"bench batch: {job.name} gave other losses through Ray than in this process")
+    def spread(values: list[float], digits: int = 1) -> str:
+        return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
-    seq_jobs = [r["row"]["wall_s"] for r in here]
-    ray_jobs = [r["row"]["wall_s"] for r in there.values()]
-    overhead = (cores * ray_wall - sum(ray_jobs)) / options.jobs
+    seq_wall, ray_wall, ray_start = (statistics.median(v) for v in (seq_walls, ray_walls, ray_starts))
     lines = [f"arch {arch}; {options.jobs} fits ({', '.join(TARGETS)} in turn; subdivision {options.subdiv}, "
-             f"{options.iters} iterations, Taichi restarted per job, quality measured); {machine_load()}",
+             f"{options.iters} iterations, Taichi restarted per job, quality measured); median (min-max) of "
+             f"{options.repeats} alternating rounds; {machine_load()}",
              f"answers: every job's {options.iters} losses bit-identical in this process and through Ray",
-             "", "| side | tasks at once x threads | wall (s) | job wall, median (min-max) (s) | speed-up |",
+             "", "| side | tasks at once x threads | batch wall (s) | one job's wall (s) | speed-up (median walls) |",
              "|---|---:|---:|---:|---:|",
-             f"| sequential, one process | 1 x {cores} | {sequential_wall:.1f} | {statistics.median(seq_jobs):.2f} "
-             f"({min(seq_jobs):.2f}-{max(seq_jobs):.2f}) | 1.00x |",
-             f"| Ray, embedded, 1 CPU per task | {cores} x 1 | {ray_wall:.1f} (+ {ray_start:.1f} start) | "
-             f"{statistics.median(ray_jobs):.2f} ({min(ray_jobs):.2f}-{max(ray_jobs):.2f}) | "
-             f"{sequential_wall / ray_wall:.2f}x ({sequential_wall / (ray_wall + ray_start):.2f}x with start) |",
-             "", f"overhead per task (slot time outside the job, per task): {overhead:.2f} s; "
-             f"Ray start {ray_start:.1f} s once per batch"]
+             f"| sequential, one process | 1 x {cores} | {spread(seq_walls)} | {spread(seq_jobs, 2)} | 1.00x |",
+             f"| Ray, embedded, 1 CPU per task | {cores} x 1 | {spread(ray_walls)} + start {spread(ray_starts)} | "
+             f"{spread(ray_jobs, 2)} | {seq_wall / ray_wall:.2f}x ({seq_wall / (ray_wall + ray_start):.2f}x with start) |",
+             "", f"overhead per task (slot time outside the job, per task): {spread(overheads, 2)} s; "
+             f"Ray start once per batch"]
     emit("\n".join(lines), "batch", options.out)
     return 0
