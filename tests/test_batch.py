@@ -496,3 +496,15 @@ def test_one_batch_per_output_folder(tmp_path):
     finally:
         held.close()
     _lock(tmp_path).close()  # free again once the first run let go
+
+
+@pytest.mark.parametrize("arch, gpus, expected", [("cuda", 2, 1), ("auto", 1, 1), ("cpu", 4, 0), ("cuda", 0, 0),
+                                                  ("auto", 0, 0), ("vulkan", 1, 0)])
+def test_a_task_asks_for_a_gpu_only_for_cuda_on_a_cluster_that_has_one(arch, gpus, expected):
+    needs_ray()
+    from app.batch.ray_session import task_options
+
+    job = job_specs.fit_jobs(["blob"], {}, {}, arch, 3)[0]
+    options = task_options(job, gpus, retries=2)
+    assert options["num_gpus"] == expected and options["num_cpus"] == 3 and options["max_retries"] == 2
+    assert options["retry_exceptions"] is False and options["name"] == "batch fit blob/default"

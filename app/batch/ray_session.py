@@ -89,6 +89,14 @@ def end_marked_processes(marker: str, grace_s: float = 5.0) -> list[int]:
     return ended
 
 
+def task_options(job: Job, cluster_gpus: float, retries: int) -> dict:
+    """Ray options of a job's task: its CPUs, one GPU when its backend is cuda (or auto) and the cluster
+    has GPUs, retries for a dead worker (a failed job is a row, never an exception to retry)."""
+    on_gpu = job.arch in ("cuda", "auto") and cluster_gpus > 0
+    return {"num_cpus": job.threads, "num_gpus": 1 if on_gpu else 0, "max_retries": retries,
+            "retry_exceptions": False, "name": f"batch {job.kind} {job.name}"}
+
+
 class RaySession:
     """A connection to Ray for one batch (see the module docstring)."""
 
@@ -190,10 +198,8 @@ class RaySession:
         tasks = {False: ray.remote(max_calls=MAX_CALLS)(_task), True: ray.remote(_task)}  # GPU: Ray's one job per process
         pending = {}
         for job in jobs:
-            on_gpu = job.arch in ("cuda", "auto") and gpus > 0
-            options = {"num_cpus": job.threads, "num_gpus": 1 if on_gpu else 0, "max_retries": retries,
-                       "retry_exceptions": False, "name": f"batch {job.kind} {job.name}"}
-            pending[tasks[on_gpu].options(**options).remote(job)] = job
+            options = task_options(job, gpus, retries)
+            pending[tasks[options["num_gpus"] > 0].options(**options).remote(job)] = job
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
