@@ -18,6 +18,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import TextIO
 
 from app.batch import jobs as job_specs
 from app.batch import store
@@ -117,7 +118,7 @@ def _render_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
                                  args.cpus_per_task)
 
 
-def _lock(out: Path):
+def _lock(out: Path) -> TextIO:
     """Hold OUT/.batch.lock for this run: a second batch into the same folder is refused."""
     try:
         out.mkdir(parents=True, exist_ok=True)
