@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import signal
 import time
 from pathlib import Path
 from typing import TextIO
@@ -23,14 +22,9 @@ from typing import TextIO
 from app.batch import jobs as job_specs
 from app.batch import store
 from app.scenes.fit_settings import RECOMMENDED_ITERS, RECOMMENDED_LR
-from engine.errors import UserError
+from engine.errors import EXIT_OK, EXIT_RESULT_BAD, Interrupted, UserError
 
 INSTALL_HINT = 'python -m app batch needs Ray: pip install ".[batch]" (from the project folder)'
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 2, like every other bad input
-        raise UserError(f"{self.prog}: {message} (see --help)")
 
 
 def _common() -> argparse.ArgumentParser:
@@ -53,8 +47,10 @@ def _common() -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m app batch", description=__doc__.splitlines()[0])
-    kinds = parser.add_subparsers(dest="kind", required=True, metavar="fit|render|invert", parser_class=_Parser)
+    from app.cli import OneLineParser, add_verbosity_arguments, command_parser
+
+    parser = command_parser("batch", __doc__)
+    kinds = parser.add_subparsers(dest="kind", required=True, metavar="fit|render|invert", parser_class=OneLineParser)
     common = _common()
     fit = kinds.add_parser("fit", parents=[common], help="shape fits: targets x a settings grid",
                            description="One `python -m app fit` per target and grid point.")
@@ -82,25 +78,27 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument("--elevation", type=float, default=None)
     render.add_argument("--distance", type=float, default=None)
     kinds.add_parser("invert", help="not available yet: needs inverse rendering (`python -m app invert`)")
+    for kind in (fit, render):
+        add_verbosity_arguments(kind, default=argparse.SUPPRESS)
     return parser
 
 
 def _fit_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
-    from app.scenes.shape_fit import check_settings
-
     grid = job_specs.parse_grid(args.grid)
     base = {key: getattr(args, key) for key in job_specs.FIT_KEYS}
     jobs = job_specs.fit_jobs(job_specs.find_targets(args.targets), grid, base, arch, args.cpus_per_task)
-    for settings in {str(s): s for s in ({k: j.settings[k] for k in job_specs.FIT_KEYS} for j in jobs)}.values():
-        check_settings(settings["subdiv"], settings["lr"], settings["smooth"] if settings["smooth"] is not None else 0.0,
-                       settings["smooth_end"])
-        if settings["iters"] < 1 or (settings["samples"] is not None and settings["samples"] < 1) or settings["seed"] < 0:
-            raise UserError(f"--iters and --samples must be at least 1 and --seed at least 0, got {settings}")
+    checked = set()
+    for job in jobs:  # each distinct grid point once, as `fit` checks its flags (targets are the jobs' business)
+        point = tuple(job.settings[key] for key in job_specs.FIT_KEYS)
+        if point not in checked:
+            checked.add(point)
+            job_specs.fit_settings(job).validate()
     args.grid_values = grid
     return jobs
 
 
 def _render_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
+    from app.cli import OneLineParser
     from app.scenes import render_cli
     from engine.render import Camera
 
@@ -109,8 +107,11 @@ def _render_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
     camera = {"azimuth": defaults.azimuth if args.azimuth is None else args.azimuth,
               "elevation": defaults.elevation if args.elevation is None else args.elevation,
               "distance": defaults.distance if args.distance is None else args.distance}
-    # the render command's own checks (size, camera), on the first frame's settings
-    render_cli._validate(argparse.Namespace(t=times[0], frames=0, fps=24.0, width=args.width, height=args.height, **camera))
+    # the render command's own checks (size, camera, backend), on its flags for the first frame
+    single = OneLineParser(prog="python -m app batch render")
+    render_cli.add_arguments(single)
+    render_cli._validate(single.parse_args(["--t", str(times[0]), "--width", str(args.width), "--height", str(args.height),
+                                            "--arch", arch, *(f"--{k}={v}" for k, v in camera.items())]))
     if args.frames_per_task < 1:
         raise UserError(f"--frames-per-task must be at least 1, got {args.frames_per_task}")
     args.grid_values = {}
@@ -139,10 +140,6 @@ def _lock(out: Path) -> TextIO:
     return handle
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt  # SIGTERM stops a batch as Ctrl-C does
-
-
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.kind == "invert":
@@ -166,13 +163,11 @@ def main(argv: list[str]) -> int:
         raise UserError(f"--out {out}: exists and is not a folder")
     arch = requested_arch(args.arch)
     jobs = _fit_jobs(args, arch) if args.kind == "fit" else _render_jobs(args, arch)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
     lock = _lock(out)
     try:
         return _run(args, argv, out, jobs)
     finally:
         lock.close()
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _run(args: argparse.Namespace, argv: list[str], out: Path, jobs: list[job_specs.Job]) -> int:
@@ -183,7 +178,7 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path, jobs: list[job_sp
     todo = [job for job in jobs if job.name not in done]
     results: dict[str, dict] = {}
     where: dict = {"mode": "none: every job was done before", "nodes": 0}
-    interrupted = False
+    interrupted: Interrupted | None = None  # SIGINT/SIGTERM raise it (app.cli); KeyboardInterrupt outside the CLI
     if todo:
         from app.batch.ray_session import RaySession
 
@@ -205,10 +200,10 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path, jobs: list[job_sp
                 slots = max(int(resources["CPU"] // args.cpus_per_task), 1)
                 where = {"mode": session.mode, "address": session.address, **resources,
                          "ray_start_s": round(session.started_s, 3)}
-                interrupted = bool(session.run(todo, on_result, args.retries, on_wait))
+                session.run(todo, on_result, args.retries, on_wait)
             where["ended_leftover_pids"] = session.leftovers
-        except KeyboardInterrupt:
-            interrupted = True
+        except (Interrupted, KeyboardInterrupt) as exc:
+            interrupted = exc if isinstance(exc, Interrupted) else Interrupted("SIGINT")
         finally:
             progress.close()
     rows = [done.get(job.name) or results.get(job.name)
@@ -216,7 +211,8 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path, jobs: list[job_sp
             for job in jobs]
     tally = store.counts(rows)
     summary = {"command": "python -m app batch " + " ".join(argv),
-               "kind": args.kind, "jobs": len(jobs), "counts": tally, "resumed": len(done), "interrupted": interrupted,
+               "kind": args.kind, "jobs": len(jobs), "counts": tally, "resumed": len(done),
+               "interrupted": interrupted.signal_name if interrupted else None,
                "wall_s": round(time.perf_counter() - started, 3), "ray": where}
     if args.kind == "fit" and args.grid_values:
         summary["winners"] = store.winners(rows, args.grid_values)
@@ -228,8 +224,9 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path, jobs: list[job_sp
         write_report(out / "report.png", rows, args.grid_values)
         print(f"wrote {out}/report.png")
     if interrupted:
-        return 130
-    return 0 if tally["ok"] == len(jobs) else 1
+        raise Interrupted(interrupted.signal_name, f"{tally['ok']} jobs ok and kept, {tally['interrupted']} not run; "
+                                                   "rerun the command to finish")
+    return EXIT_OK if tally["ok"] == len(jobs) else EXIT_RESULT_BAD
 
 
 def _print_summary(args: argparse.Namespace, out: Path, rows: list[dict], summary: dict) -> None:

@@ -19,24 +19,24 @@ Taichi in a reused worker process (Ray runs many tasks in one worker), measured 
   read by `ti.init`), so parallel tasks do not oversubscribe the cores.
 - **Offline cache:** Taichi's default cache folder (or `TI_OFFLINE_CACHE_FILE_PATH`) is per user,
   so every worker on a node shares it (Taichi locks it while writing): each kernel compiles once per node.
-- **Quiet:** per-job progress bars and prints are off (`SHANNON_QUIET`); the batch has one bar.
+- **Quiet:** the job's progress bars and info lines are off (the `app` and `engine` loggers at
+  warnings, which `engine.progress` follows); the batch has one bar.
 
-The fit runs through the `fit` command's own code (`fit_runner`) into a temporary folder whose
-files come back as bytes, so the driver writes them on its own disk: a job folder is whole or
-absent, and no node needs to share a filesystem with the driver.
+The fit runs through the `fit` command's own code (`app.scenes.fit_run.run_fit_safely` on the
+`FitSettings` that `fit` makes of the same flags) into a temporary folder whose files come back
+as bytes, so the driver writes them on its own disk: a job folder is whole or absent, and no node
+needs to share a filesystem with the driver.
 """
 from __future__ import annotations
 
-import contextlib
-import io
-import json
+import logging
 import os
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from app.batch.jobs import Job, fit_argv, frame_path
+from app.batch.jobs import Job, fit_settings, frame_path
 from engine.errors import UserError
 
 _worker_arch: str | None = None  # the arch this worker process runs: the first job's
@@ -55,14 +55,17 @@ def run_job(job: Job) -> dict:
     row: dict = {"job": job.name, "status": "error", "pid": os.getpid(), "backend": "", "error": ""}
     files: dict[str, bytes] = {}
     log = ""
-    os.environ["SHANNON_QUIET"] = "1"
+    for name in ("app", "engine"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     os.environ["TI_CPU_MAX_NUM_THREADS"] = str(job.threads)
     try:
         if _worker_arch not in (None, job.arch):
             raise UserError(f"this worker runs --arch {_worker_arch}; a job asking for {job.arch} needs its own")
         with tempfile.TemporaryDirectory(prefix="shannon-job-") as folder:
-            row.update(RUNNERS[job.kind](job, Path(folder)))
-            files = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+            figures, outputs = RUNNERS[job.kind](job, Path(folder))
+            log = figures.pop("log", "")
+            row.update(figures)
+            files = {name: (Path(folder) / name).read_bytes() for name in outputs}
     except UserError as exc:
         row["error"] = str(exc)
     except Exception as exc:  # a bug, not bad input: the row says so, the log keeps the traceback
@@ -77,28 +80,29 @@ def run_job(job: Job) -> dict:
     return {"row": row, "files": files, "log": log}
 
 
-def fit_runner(job: Job, folder: Path) -> dict:
-    """The `fit` command on the job's settings, into `folder`; the row's figures from its fit.json."""
+def fit_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:
+    """The `fit` command's run (`run_fit`) on the job's settings, into `folder`: the row's figures from
+    fit.json, and the files the fit wrote (fit.json lists them; the folder's lock file is not one)."""
     from app.batch.quality import surface_distance
-    from app.scenes import shape_fit
+    from app.scenes.fit_run import run_fit_safely
 
-    # Until the fit reports divergence in fit.json (issue 13), it raises UserError("the fit diverged ...").
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # its summary line; the batch table says it all
-            shape_fit.main(fit_argv(job.settings, job.arch, folder))
-    except UserError as exc:
-        if not str(exc).startswith("the fit diverged"):
-            raise
-        return {"status": "diverged", "error": str(exc)}
-    record = json.loads((folder / "fit.json").read_text())
-    status = "diverged" if record.get("diverged") else "interrupted" if record.get("interrupted") else "ok"
-    quality = surface_distance(job.settings["target"], folder / "final.obj")
-    return {"status": status, "orders": record["orders"], "final_loss": record["losses"][-1],
-            "misses": record["misses"], "iterations": len(record["losses"]), **quality,
-            **{key: record[key] for key in ("smooth", "smooth_end", "samples")}}  # the values the defaults gave
+    result = run_fit_safely(fit_settings(job), folder)
+    record = result.record
+    if result.status == "error":
+        if "traceback" in record:  # a bug: the row says so, the log keeps the traceback
+            return {"status": "error", "error": result.message, "log": record["traceback"]}, []
+        raise UserError(result.message)
+    row = {"status": result.status, "orders": record["orders"], "final_loss": record["final_loss"],
+           "misses": record["misses"], "iterations": record["iterations_done"],
+           **{key: record[key] for key in ("smooth", "smooth_end", "samples")}}  # the values the defaults gave
+    if result.status == "diverged":
+        row["error"] = f"diverged at iteration {record['diverged_at']}: {record['divergence']}"
+    if result.status == "ok":
+        row.update(surface_distance(job.settings["target"], folder / record["files"][0]))
+    return row, record["files"]
 
 
-def render_runner(job: Job, folder: Path) -> dict:
+def render_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:
     """The job's frames of the robot-arm scene, written as `render --frames` writes them."""
     from app.scenes.robot_arm import scene_at
     from engine import backend, image_io
@@ -110,9 +114,9 @@ def render_runner(job: Job, folder: Path) -> dict:
     for index, t, azimuth in settings["frames"]:
         camera = Camera(azimuth=azimuth, elevation=settings["elevation"], distance=settings["distance"])
         image_io.write_png(folder / frame_path(index), image_io.srgb8(renderer.render(scene_at(t), camera)))
-    return {"status": "ok", "frames": len(settings["frames"])}
+    return {"status": "ok", "frames": len(settings["frames"])}, [frame_path(index) for index, _, _ in settings["frames"]]
 
 
-RUNNERS = {"fit": fit_runner, "render": render_runner}
+RUNNERS = {"fit": fit_runner, "render": render_runner}  # kind -> runner(job, folder) -> (row figures, output files)
 # `batch invert` plugs in here: an `invert_runner(job, folder)` running `python -m app invert`'s code
 # (issue 11) into `folder`, plus its jobs in app.batch.jobs and its flags in app.batch.cli.

@@ -4,6 +4,7 @@
     grid = parse_grid(["lr=0.01,0.03", "seed=0..3"])        # {"lr": [0.01, 0.03], "seed": [0, 1, 2, 3]}
     jobs = fit_jobs(targets, grid, base={"subdiv": 3, ...}, arch="cpu", threads=1)
     jobs[0].name, fit_argv(jobs[0].settings, "cpu", "out/x")  # "spot/lr0.01_seed0", the `fit` flags
+    fit_settings(jobs[0]).validate()                        # what `fit` would run with those flags
     frames = parse_timeline("0:1:240")                      # 240 times from 0 to 1
     jobs = render_jobs(frames, orbit=True, camera=..., size=(512, 256), per_task=8, arch="cpu", threads=1)
 
@@ -19,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.scenes.fit_settings import TARGETS
+from app.scenes.fit_settings import TARGETS, FitSettings
 from engine.errors import UserError
 from engine.mesh_io import FORMATS
 
@@ -121,6 +122,16 @@ def fit_argv(settings: dict, arch: str, out: str | Path) -> list[str]:
         if settings.get(key) is not None:
             argv += [f"--{key.replace('_', '-')}", str(settings[key])]
     return [*argv, "--arch", arch, "--out", str(out)]
+
+
+def fit_settings(job: Job) -> FitSettings:
+    """The `FitSettings` the `fit` command makes of this job's flags (its own parser and `settings_from`)."""
+    from app.cli import OneLineParser
+    from app.scenes import fit_cli
+
+    parser = OneLineParser(prog="python -m app fit")
+    fit_cli.add_arguments(parser)
+    return fit_cli.settings_from(parser.parse_args(fit_argv(job.settings, job.arch, "-")))
 
 
 def parse_timeline(text: str) -> list[float]:

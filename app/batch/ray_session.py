@@ -39,7 +39,8 @@ import ray
 
 from app.batch import execute
 from app.batch.jobs import Job
-from engine.errors import UserError
+from engine.errors import Interrupted, UserError
+from engine.interrupt import signals_ignored
 
 MARKER_ENV = "SHANNON_BATCH_SESSION"  # in the environment of every process of an embedded session
 MAX_CALLS = 10  # jobs per CPU worker process before Ray replaces it
@@ -164,16 +165,12 @@ class RaySession:
         if not os.environ.get("RAY_AUTH_TOKEN_PATH"):
             os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))  # Ray would write one into ~/.ray
         self.temp_dir = tempfile.mkdtemp(prefix="shannon-ray-")  # short: Ray's socket paths must fit 107 bytes
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by Ray's processes (see docstring)
-        try:
+        with signals_ignored():  # inherited by Ray's processes (see the module docstring)
             ray.init(address="local", num_cpus=self.cpus, include_dashboard=False, _temp_dir=self.temp_dir,
                      log_to_driver=False, logging_level=logging.ERROR)
-        finally:
-            signal.signal(signal.SIGINT, previous)
 
     def __exit__(self, *exc_info) -> None:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop the clean-up
-        try:
+        with signals_ignored():  # a second Ctrl-C must not stop the clean-up
             if ray.is_initialized():
                 ray.shutdown()
             if self.marker:
@@ -181,8 +178,6 @@ class RaySession:
                 os.environ.pop(MARKER_ENV, None)
             if self.temp_dir:
                 shutil.rmtree(self.temp_dir, ignore_errors=True)
-        finally:
-            signal.signal(signal.SIGINT, previous)
 
     def resources(self) -> dict[str, float]:
         """The cluster's totals: {"CPU": ..., "GPU": ..., "nodes": ...}."""
@@ -191,9 +186,9 @@ class RaySession:
         return {"CPU": total.get("CPU", 0.0), "GPU": total.get("GPU", 0.0), "nodes": nodes}
 
     def run(self, jobs: list[Job], on_result: Callable[[Job, dict], None], retries: int = 2,
-            on_wait: Callable[[int], None] | None = None) -> list[Job]:
+            on_wait: Callable[[int], None] | None = None) -> None:
         """Run every job as a task; call `on_result(job, result)` as each finishes (in this thread) and
-        `on_wait(in_flight)` twice a second. Returns the jobs left unfinished by Ctrl-C (their tasks cancelled)."""
+        `on_wait(in_flight)` twice a second. Ctrl-C or SIGTERM (`Interrupted`) cancels the tasks left and passes on."""
         gpus = self.resources()["GPU"]
         tasks = {False: ray.remote(max_calls=MAX_CALLS)(_task), True: ray.remote(_task)}  # GPU: Ray's one job per process
         pending = {}
@@ -208,14 +203,13 @@ class RaySession:
                     on_result(job, self._result(job, ref))
                 if on_wait:
                     on_wait(len(pending))
-        except KeyboardInterrupt:
+        except (Interrupted, KeyboardInterrupt):
             for ref in pending:
                 try:
                     ray.cancel(ref, force=True)
                 except Exception:  # already finished or its worker gone: nothing left to stop
                     pass
-            return list(pending.values())
-        return []
+            raise
 
     @staticmethod
     def _result(job: Job, ref) -> dict:
