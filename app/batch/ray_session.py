@@ -40,7 +40,7 @@ import ray
 from app.batch import execute
 from app.batch.jobs import Job
 from engine.errors import Interrupted, UserError
-from engine.interrupt import signals_ignored
+from engine.interrupt import graceful_stop, signals_ignored
 
 MARKER_ENV = "SHANNON_BATCH_SESSION"  # in the environment of every process of an embedded session
 MAX_CALLS = 10  # jobs per CPU worker process before Ray replaces it
@@ -195,21 +195,26 @@ class RaySession:
         for job in jobs:
             options = task_options(job, gpus, retries)
             pending[tasks[options["num_gpus"] > 0].options(**options).remote(job)] = job
-        try:
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
-                for ref in ready:
-                    job = pending.pop(ref)
-                    on_result(job, self._result(job, ref))
-                if on_wait:
-                    on_wait(len(pending))
-        except (Interrupted, KeyboardInterrupt):
-            for ref in pending:
-                try:
-                    ray.cancel(ref, force=True)
-                except Exception:  # already finished or its worker gone: nothing left to stop
-                    pass
-            raise
+        # A signal only raises a flag here: an exception raised by a handler while Ray's C++ code waits
+        # comes out as a SystemError; the loop looks at the flag every half second instead.
+        with graceful_stop() as stop:
+            try:
+                while pending and not stop:
+                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+                    for ref in ready:
+                        job = pending.pop(ref)
+                        on_result(job, self._result(job, ref))
+                    if on_wait:
+                        on_wait(len(pending))
+            except (Interrupted, KeyboardInterrupt):  # a second Ctrl-C, or outside the CLI's handlers
+                stop.request("SIGINT")
+            if stop:
+                for ref in pending:
+                    try:
+                        ray.cancel(ref, force=True)
+                    except Exception:  # already finished or its worker gone: nothing left to stop
+                        pass
+                raise Interrupted(stop.signal_name)
 
     @staticmethod
     def _result(job: Job, ref) -> dict:
