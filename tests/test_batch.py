@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -407,6 +408,7 @@ def test_two_node_cluster_on_loopback(targets, singles, tmp_path):
     finally:
         for node in reversed(nodes):
             _stop(node)
+        shutil.rmtree(temp, ignore_errors=True)
     assert_none_left(tag)
 
 
