@@ -6,7 +6,8 @@
 The only module that imports Ray (the optional `batch` extra).
 
 - **Embedded** (no address, no RAY_ADDRESS): a private Ray on this machine with `cpus` CPUs, no
-  dashboard, no usage statistics, its temp folder in the system temp (removed afterwards), token
+  dashboard, no usage statistics, its temp folder in the system temp (removed afterwards, with the
+  workers' job folders: it is their TMPDIR, so a killed worker leaves nothing behind either), token
   authentication with a token made for this batch (Ray's ports listen on every interface).
   On the way out, after `ray.shutdown()`, any process still carrying this session's marker in its
   environment is ended by pid: killing the driver of an embedded Ray was seen to leave
@@ -109,6 +110,7 @@ class RaySession:
         self.temp_dir = ""
         self.started_s = 0.0
         self.leftovers: list[int] = []  # processes the embedded session left that we ended
+        self._tmpdir: str | None = None  # TMPDIR before the embedded session set its own
 
     @property
     def mode(self) -> str:
@@ -165,6 +167,8 @@ class RaySession:
         if not os.environ.get("RAY_AUTH_TOKEN_PATH"):
             os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))  # Ray would write one into ~/.ray
         self.temp_dir = tempfile.mkdtemp(prefix="shannon-ray-")  # short: Ray's socket paths must fit 107 bytes
+        self._tmpdir = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = self.temp_dir  # the workers' job folders too: a killed worker's go with the session
         with signals_ignored():  # inherited by Ray's processes (see the module docstring)
             ray.init(address="local", num_cpus=self.cpus, include_dashboard=False, _temp_dir=self.temp_dir,
                      log_to_driver=False, logging_level=logging.ERROR)
@@ -178,6 +182,10 @@ class RaySession:
                 os.environ.pop(MARKER_ENV, None)
             if self.temp_dir:
                 shutil.rmtree(self.temp_dir, ignore_errors=True)
+                if self._tmpdir is None:
+                    os.environ.pop("TMPDIR", None)
+                else:
+                    os.environ["TMPDIR"] = self._tmpdir
 
     def resources(self) -> dict[str, float]:
         """The cluster's totals: {"CPU": ..., "GPU": ..., "nodes": ...}."""
