@@ -167,3 +167,19 @@ def current() -> Backend:
     if _current is None:
         raise RuntimeError("no backend started: call engine.backend.init(arch) first")
     return _current
+
+
+def stop() -> Backend | None:
+    """Stop Taichi in this process (`ti.reset`) and return the backend that ran, if any.
+
+    Every field is freed and Taichi writes its offline kernel cache now, not at interpreter exit
+    (which a process ended by `os._exit`, such as a Ray worker, never reaches). The next `init`
+    starts a fresh program whose SNode ids start from 0 again, so kernels specialised on the next
+    job's fields are the cached ones (see app/batch/execute.py for what that saves)."""
+    global _current
+    stopped, _current = _current, None
+    if stopped is not None:
+        import taichi as ti
+
+        ti.reset()
+    return stopped
