@@ -97,6 +97,11 @@ def _arch_in_use() -> str:
     return {ti.x64: "cpu", ti.arm64: "cpu", ti.cuda: "cuda", ti.vulkan: "vulkan"}.get(arch, str(arch))
 
 
+# Taichi evicts its kernel cache oldest-first past 100 MiB by default; the taped render, BVH, fit and
+# launch kernels of one checkout already fill that, so every run recompiled (minutes on 2 cores).
+OFFLINE_CACHE_BYTES = 1 << 30
+
+
 def _start(name: str, kernel_profiler: bool) -> None:
     import taichi as ti
 
@@ -104,7 +109,7 @@ def _start(name: str, kernel_profiler: bool) -> None:
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # Taichi's "Starting on arch=" line; we report our own
             ti.init(arch=arch, enable_fallback=False, fast_math=False, offline_cache=True, verbose=False,
-                    kernel_profiler=kernel_profiler)
+                    offline_cache_max_size_of_files=OFFLINE_CACHE_BYTES, kernel_profiler=kernel_profiler)
     except Exception as exc:  # Taichi raises RuntimeError or its own types; the message is what matters
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = " (install mesa-vulkan-drivers for lavapipe)" if name == "vulkan" else ""
