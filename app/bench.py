@@ -10,21 +10,23 @@ BENCHMARKS: dict[str, str] = {  # name -> "module:function"
     "fit_overhead": "bench.fit_overhead:main",
     "raymarch": "bench.raymarch:main",
     "gui_fps": "bench.gui_fps:main",
+    "batch": "bench.batch:main",
 }
 NEEDS_DISPLAY = {"gui_fps"}  # left out of `all`, which must run on a headless GPU machine
+NEEDS_RAY = {"batch"}  # left out of `all` too: the GPU check's wheels carry no Ray (the `batch` extra)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """NAME and the benchmark's own flags (`python -m app bench NAME --help` lists them)."""
     parser.add_argument("name", choices=[*BENCHMARKS, "all"], metavar="NAME",
-                        help=f"one of {', '.join(BENCHMARKS)}, or all (every one that needs no display)")
+                        help=f"one of {', '.join(BENCHMARKS)}, or all (every one that needs no display and no Ray)")
     parser.add_argument("flags", nargs=argparse.REMAINDER, metavar="...",
                         help="the benchmark's flags (NAME --help lists them)")
 
 
 def run(args: argparse.Namespace) -> int:
     status = 0
-    for each in [each for each in BENCHMARKS if each not in NEEDS_DISPLAY] if args.name == "all" else [args.name]:
+    for each in [each for each in BENCHMARKS if each not in NEEDS_DISPLAY | NEEDS_RAY] if args.name == "all" else [args.name]:
         module, function = BENCHMARKS[each].split(":")
         status |= getattr(importlib.import_module(module), function)(args.flags)
     return status

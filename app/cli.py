@@ -39,6 +39,7 @@ SUBCOMMANDS: dict[str, str] = {  # name -> "module" (add_arguments + run) or "mo
     "bench": "app.bench",
     "render": "app.scenes.render_cli",
     "fit": "app.scenes.fit_cli",
+    "batch": "app.batch.cli:main",
 }
 VERBOSITY_FLAGS = {"-v": 1, "--verbose": 1, "-vv": 2, "-q": -1, "--quiet": -1, "-qq": -2}
 

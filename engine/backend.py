@@ -109,6 +109,11 @@ def _arch_in_use() -> str:
     return {ti.x64: "cpu", ti.arm64: "cpu", ti.cuda: "cuda", ti.vulkan: "vulkan"}.get(arch, str(arch))
 
 
+# Taichi evicts its kernel cache oldest-first past 100 MiB by default; the taped render, BVH, fit and
+# launch kernels of one checkout already fill that, so every run recompiled (minutes on 2 cores).
+OFFLINE_CACHE_BYTES = 1 << 30
+
+
 def _start(name: str, kernel_profiler: bool) -> None:
     import taichi as ti
 
@@ -116,7 +121,7 @@ def _start(name: str, kernel_profiler: bool) -> None:
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # Taichi's "Starting on arch=" line; we report our own
             ti.init(arch=arch, enable_fallback=False, fast_math=False, offline_cache=True, verbose=False,
-                    kernel_profiler=kernel_profiler)
+                    offline_cache_max_size_of_files=OFFLINE_CACHE_BYTES, kernel_profiler=kernel_profiler)
     except Exception as exc:  # Taichi raises RuntimeError or its own types; the message is what matters
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = " (install mesa-vulkan-drivers for lavapipe)" if name == "vulkan" else ""
@@ -193,3 +198,19 @@ def require() -> None:
 
     if impl.get_runtime().prog is None:  # what ti.init creates and ti.reset drops (tests/test_taichi_internals.py)
         raise BackendNotStarted(NOT_STARTED)
+
+
+def stop() -> Backend | None:
+    """Stop Taichi in this process (`ti.reset`) and return the backend that ran, if any.
+
+    Every field is freed and Taichi writes its offline kernel cache now, not at interpreter exit
+    (which a process ended by `os._exit`, such as a Ray worker, never reaches). The next `init`
+    starts a fresh program whose SNode ids start from 0 again, so kernels specialised on the next
+    job's fields are the cached ones (see app/batch/execute.py for what that saves)."""
+    global _current
+    stopped, _current = _current, None
+    if stopped is not None:
+        import taichi as ti
+
+        ti.reset()
+    return stopped
