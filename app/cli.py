@@ -30,6 +30,7 @@ import logging
 import sys
 from typing import Callable
 
+from app.version import version
 from engine.backend import ARCH_CHOICES, ARCH_ENV
 from engine.errors import EXIT_INTERNAL, Interrupted, UserError
 from engine.interrupt import raise_on_signals
@@ -186,6 +187,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="python -m app COMMAND --help: every flag of one command. Exit codes: 0 ok, 1 a claim or result is "
                "bad, 2 bad input or unusable machine, 3 internal error (the message names its log), 130 interrupted.",
     )
+    parser.add_argument("--version", action="version", version=f"shannon-autograd {version()}")
     both = parser.add_argument_group("backends (headless and desktop app)")
     add_arch_argument(both)
     both.add_argument("--parity-arch", default=None, metavar="|".join(ARCH_CHOICES[1:]),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine import backend
 from engine.errors import UserError
 from engine.kernels import raymarch as rk
 from engine.launch import launch
@@ -128,6 +129,7 @@ class Renderer:
         check_size(width, height)
         if (width, height) == (self.width, self.height):
             return
+        backend.require()
         self.width, self.height = int(width), int(height)
         self._prm = ti.ndarray(ti.f32, rk.N_PARAMS)
         self._rgb = ti.ndarray(ti.f32, (self.height, self.width, 3))

@@ -177,7 +177,9 @@ class BackendWorker:
             self._process.join(5)
             code = self._process.exitcode
             self._kill()
-            raise WorkerError(f"{self.arch} worker died during {what} ({exit_description(code)})") from None
+            hint = (" (a script that starts workers must do so under `if __name__ == \"__main__\":`, "
+                    "since the worker imports the script again)") if what == "start" and code == 1 else ""
+            raise WorkerError(f"{self.arch} worker died during {what} ({exit_description(code)}){hint}") from None
 
     def call(self, name: str, timeout_s: float = DEFAULT_TIMEOUT_S, **inputs: Any) -> dict:
         """Run computation `name` with `inputs` on this worker's backend and return its outputs."""

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import taichi as ti
 
-from app.scenes.fit_settings import REAL_TARGETS, TARGETS, check_subdiv_lr_smooth
+from app.scenes.fit_settings import ASSETS, REAL_TARGETS, TARGETS, check_subdiv_lr_smooth
 from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
 from engine.chamfer import ChamferLoss, LaplacianSmoother
@@ -46,8 +46,6 @@ from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.mesh_io import Mesh, load_mesh, make_mesh, write_mesh
 from engine import meshgen
-
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
 
 def load_target(target: str | Path) -> Mesh:

@@ -1,4 +1,4 @@
-"""Status bar (backend, Taichi version, warm-up progress, UI rate) and the errors window."""
+"""Status bar (backend, Taichi version, start-up progress, the last file saved, UI rate) and the errors window."""
 from __future__ import annotations
 
 from imgui_bundle import imgui
@@ -18,9 +18,21 @@ def draw_status(state: AppState) -> None:
     imgui.same_line()
     if state.warmup:
         spinner = _SPINNER[(state.frame // 6) % len(_SPINNER)]
-        imgui.text_colored(imgui.ImVec4(1.0, 0.8, 0.3, 1.0), f"| {spinner} {'; '.join(state.warmup)}")
+        if state.warmup_total and state.warmup_done < state.warmup_total:
+            imgui.text_disabled("|")
+            imgui.same_line()
+            fraction = state.warmup_done / state.warmup_total
+            imgui.progress_bar(fraction, imgui.ImVec2(imgui.get_font_size() * 7, 0),
+                               f"start-up {state.warmup_done}/{state.warmup_total}")
+            imgui.set_item_tooltip("backend starts and first kernel compiles; the first run on a machine compiles "
+                                   "for minutes, later runs load the kernels from Taichi's cache")
+            imgui.same_line()
+        imgui.text_colored(imgui.ImVec4(1.0, 0.8, 0.3, 1.0), f"{spinner} {'; '.join(state.warmup)}")
     else:
         imgui.text_disabled("| warm")
+    if state.saved:
+        imgui.same_line()
+        imgui.text_disabled(f"| {state.saved}")
     if state.errors:
         imgui.same_line()
         imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), f"| {len(state.errors)} error(s)")
