@@ -17,6 +17,7 @@ REGISTRY: dict[str, str] = {
     "tape_chain": "engine.chain:run_tape_chain",
     "tape_chain_gradcheck": "engine.chain:run_tape_chain_gradcheck",
     "sgd_oracle": "engine.sgd_oracle:run_sgd_oracle",
+    "dispatch_echo": "engine.dispatch_echo:run_dispatch_echo",
     "closest_point": "engine.bvh:run_closest_point",
     "bvh_refit_vs_rebuild": "engine.bvh:run_refit_vs_rebuild",
     "fit_gradient_at": "app.scenes.shape_fit:fit_gradient_at",

@@ -124,7 +124,7 @@ class BackendWorker:
         with signals_ignored():  # the child starts with SIGINT ignored, before _serve can say so itself
             self._process.start()
         child.close()
-        reply = self._receive(start_timeout_s, "start")
+        reply = self._receive(start_timeout_s, "start-up")
         if reply[0] != "ready":
             self.close()
             self._raise(reply)
@@ -141,7 +141,8 @@ class BackendWorker:
         raise WorkerError(f"{self.arch} worker: {reply[1]}", reply[2] if len(reply) > 2 else "")
 
     def _watch(self, timeout_s: float, what: str) -> None:
-        """Wait for an answer; kill the worker and raise if it is stopped, wedged or past its deadline."""
+        """Wait for an answer to `what` ("start-up", "computation NAME"); kill the worker and raise if it is
+        stopped, wedged or past its deadline."""
         deadline = time.monotonic() + timeout_s
         stopped_since = idle_since = None
         last_ticks = -1
@@ -162,7 +163,7 @@ class BackendWorker:
                     self._fail(f"made no progress for {now - idle_since:.0f} s during {what} (asleep, no CPU time "
                                "used: wedged)")
             if now >= deadline:
-                self._fail(f"did not {what} within {timeout_s:.0f} s")
+                self._fail(f"did not finish {what} within {timeout_s:.0f} s")
 
     def _fail(self, why: str) -> None:
         pid = self._process.pid
@@ -188,7 +189,7 @@ class BackendWorker:
         except (BrokenPipeError, OSError):
             self._kill()
             raise WorkerError(f"{self.arch} worker died before {name}") from None
-        reply = self._receive(timeout_s, name)
+        reply = self._receive(timeout_s, f"computation {name}")
         if reply[0] != "ok":
             self._raise(reply)
         return reply[1]

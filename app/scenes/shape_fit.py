@@ -38,7 +38,8 @@ from pathlib import Path
 import numpy as np
 import taichi as ti
 
-from app.scenes.fit_settings import REAL_TARGETS, TARGETS, check_subdiv_lr_smooth
+from app.scenes.fit_settings import (RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END,
+                                     REAL_TARGETS, TARGETS, check_subdiv_lr_smooth)
 from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
 from engine.chamfer import ChamferLoss, LaplacianSmoother
@@ -80,9 +81,9 @@ class FitDiverged(UserError):
 class ShapeFit:
     """One shape-fitting run on the current backend (see the module docstring)."""
 
-    def __init__(self, target: str | Path, subdiv: int = 3, lr: float = 0.01, smooth: float = 0.0, seed: int = 0,
-                 n_samples: int | None = None, profile: bool = False, smooth_end: float | None = None,
-                 schedule_iters: int = 400):
+    def __init__(self, target: str | Path, subdiv: int = 3, lr: float = RECOMMENDED_LR, smooth: float = RECOMMENDED_SMOOTH,
+                 seed: int = 0, n_samples: int | None = None, profile: bool = False,
+                 smooth_end: float | None = RECOMMENDED_SMOOTH_END, schedule_iters: int = RECOMMENDED_ITERS):
         check_subdiv_lr_smooth(subdiv, lr, smooth, smooth_end)
         self.target = load_target(target)
         self.target_name = str(target)
@@ -185,7 +186,8 @@ def fit_gradient_at(target: np.ndarray, subdiv: np.ndarray, n_samples: np.ndarra
         if _gradient_fit is not None and _gradient_fit[0][-1] == program:
             _gradient_fit[1].destroy()
         _gradient_fit = None  # a failed set-up keeps nothing
-        _gradient_fit = (key, ShapeFit(key[0], key[1], n_samples=key[2] or None, seed=key[3]))
+        _gradient_fit = (key, ShapeFit(key[0], key[1], smooth=0.0, smooth_end=None, n_samples=key[2] or None,
+                                       seed=key[3]))  # the gradient only: no smoothing step to allocate
     fit = _gradient_fit[1]
     fit.x.from_numpy(np.asarray(vertices, np.float32))
     fit.loss.restart_at_current_vertices()
