@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import taichi as ti
 
+from engine.autodiff.grad_kernels import fill_value
 from engine.autodiff.tape import Tape
 from engine.bvh import TriangleBVH, morton_order
 from engine.errors import UserError
@@ -143,7 +144,7 @@ class ChamferLoss:
     def index_slots(self) -> None:
         """Untaped: the vertex -> slot index the fixed-order scatter walks (integer atomics: exact)."""
         n = self.n_samples
-        launch(k.zero_ints, self.ref_count)
+        launch(fill_value, self.ref_count, 0)
         launch(k.count_refs, self.faces, self.held_face, n, self.ref_count)
         launch(k.exclusive_scan, self.ref_count, self.ref_start, self.ref_cursor, self.ref_blocks)
         launch(k.fill_slots, self.faces, self.held_face, n, self.ref_cursor, self.slots)
@@ -151,7 +152,7 @@ class ChamferLoss:
     def record(self, tape: Tape) -> None:
         """Taped: the held squared distances and their fixed-order sums into `self.value`."""
         with tape.pause():
-            launch(k.zero_scalar, self.value)
+            launch(fill_value, self.value, 0)
         launch(k.held_point_terms, self.x, self.held_point, self.n_vertices, 1.0 / self.n_vertices, self.terms_a,
                name="chamfer: vertex to held target point")
         custom("chamfer: gather held source corners", self._gather_corners, self._scatter_corner_grads,

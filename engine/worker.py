@@ -2,7 +2,8 @@
 
 Taichi holds one arch per process, so comparing two backends needs two processes.
 `BackendWorker("vulkan")` spawns a process that starts that backend and then serves
-calls; each call names a computation (see `engine.computations`) and passes numpy
+calls; each call names a computation (see `engine.computations`: the name is resolved
+in the calling process, so computations registered by the app work too) and passes numpy
 inputs; the answer comes back as a dict of numpy arrays.
 
 What can go wrong, and what the caller gets (always one line in `str(exc)`):
@@ -32,6 +33,7 @@ import time
 import traceback
 from typing import Any
 
+from engine import computations
 from engine.errors import UserError
 from engine.interrupt import signals_ignored
 
@@ -57,7 +59,7 @@ class WorkerUserError(WorkerError, UserError):
 def _serve(conn, arch: str) -> None:
     """Child process: start the backend, then answer (name, inputs) requests until None or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent shuts us down (see the module docstring)
-    from engine import backend, computations
+    from engine import backend
 
     try:
         info = backend.init(arch)
@@ -75,9 +77,9 @@ def _serve(conn, arch: str) -> None:
             return  # the parent is gone
         if request is None:
             return
-        name, inputs = request
+        name, target, inputs = request
         try:
-            reply = ("ok", computations.run(name, **inputs))
+            reply = ("ok", computations.run(target, **inputs))
         except UserError as exc:
             reply = ("user_error", str(exc))
         except Exception as exc:
@@ -185,7 +187,11 @@ class BackendWorker:
         if not self.alive:
             raise WorkerError(f"{self.arch} worker is not running")
         try:
-            self._conn.send((name, inputs))
+            target = computations.resolve(name)  # here: the worker knows only the engine's own names
+        except KeyError as exc:
+            raise WorkerError(f"{self.arch} worker: {exc.args[0]}") from None
+        try:
+            self._conn.send((name, target, inputs))
         except (BrokenPipeError, OSError):
             self._kill()
             raise WorkerError(f"{self.arch} worker died before {name}") from None

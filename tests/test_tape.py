@@ -13,8 +13,7 @@ from engine.autodiff.gradcheck import gradcheck
 from engine.autodiff.tape import Tape, TapeHazardError
 from engine.chain import ChainProblem
 from engine.fields import FieldGroup
-from engine.kernels.affine import affine, sum_into
-from engine.kernels.chain import sin_map
+from engine.kernels.affine import affine, sin_map, sum_into
 from engine.launch import custom, launch
 from tests.conftest import OTHER_ARCHS, backend_worker
 

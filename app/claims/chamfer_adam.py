@@ -14,11 +14,12 @@ import time
 
 import numpy as np
 
+from app.claims.thresholds import GRAD_RTOL
 from app.scenes.shape_fit import ShapeFit
 
 TARGET, SUBDIV, LR, ITERS = "blob", 3, 0.01, 200
 CHECKPOINTS = (0, 100)
-MIN_ORDERS, GRAD_RTOL = 3.5, 1e-3
+MIN_ORDERS = 3.5
 
 
 def run(ctx) -> None:

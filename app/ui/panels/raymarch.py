@@ -11,6 +11,7 @@ import time
 
 from imgui_bundle import imgui
 
+from app.ui import colours
 from app.ui.gl import Gfx
 from app.ui.state import AppState
 
@@ -38,7 +39,7 @@ def draw(state: AppState, gfx: Gfx) -> None:
     imgui.same_line()
     imgui.text_disabled(_frame_caption(state))
     if view.error:
-        imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), f"frame failed: {view.error}")
+        imgui.text_colored(colours.ERROR, f"frame failed: {view.error}")
     edited |= _image(state, gfx)
     if edited or view.playing:
         view.interacting_until = time.perf_counter() + PREVIEW_HOLD_S
