@@ -14,7 +14,8 @@ every tracked .py, .md, .sh, .toml, .cfg, .txt and .json file has its references
 module paths (`engine.chamfer` -> `engine.chamfer_loss`, strings and docs included), file paths
 (`engine/chamfer.py`), and `from PACKAGE import NAME` (-> `from PACKAGE import NEW_NAME as NAME`,
 so the code using NAME is unchanged). A second run finds nothing to do. Afterwards it lists the
-lines that still name an old file by its bare name (`chamfer.py`), for a person to look at.
+lines that still name an old file by its bare name (`chamfer.py`) or by a partial path, for a
+person to look at.
 Standard library only.
 """
 from __future__ import annotations
@@ -79,7 +80,16 @@ def rewrite(text: str) -> str:
             return match.group(1) + items
 
         text = re.sub(rf"(from {re.escape(package)} import )(\([\w ,\n#]*\)|[\w ,]+)", names, text)
-    return text
+    return re.sub(r"^( *)(from [\w.]+ import )([\w ,]+)$", wrap, text, flags=re.M)
+
+
+def wrap(match: re.Match) -> str:
+    """An import line the aliases made longer than 120 characters, in parentheses, one name a line."""
+    indent, head, names = match.groups()
+    if len(match.group(0)) <= 120:
+        return match.group(0)
+    items = "".join(f"{indent}    {name.strip()},\n" for name in names.split(","))
+    return f"{indent}{head}(\n{items}{indent})"
 
 
 def main(argv: list[str]) -> int:
@@ -102,11 +112,12 @@ def main(argv: list[str]) -> int:
             if not args.dry_run:
                 path.write_text(new_text)
     print(f"references rewritten in {len(changed)} files{': ' + ', '.join(changed) if changed else ''}")
-    bare = re.compile(r"(?<!\w)(" + "|".join(re.escape(Path(old).name) for old, _ in RENAMES) + r")(?!\w)")
+    # what is left: an old file's bare name, or a partial path, that no rule above could place
+    bare = re.compile(r"(?<![\w/.])([\w./]*?)(" + "|".join(re.escape(Path(old).name) for old, _ in RENAMES) + r")(?!\w)")
     for name in git("ls-files").splitlines():
         if Path(name).suffix in TEXT_SUFFIXES and name not in SKIP and Path(name).is_file():
             for number, line in enumerate(Path(name).read_text().splitlines(), 1):
-                if bare.search(line):
+                if any(not Path(m.group(0)).is_file() for m in bare.finditer(line)):  # an existing file's path is fine
                     print(f"look at: {name}:{number}: {line.strip()[:120]}")
     return 0
 
