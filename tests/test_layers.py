@@ -167,6 +167,48 @@ def taichi_reached(root: Path = ROOT) -> list[str]:
     return problems
 
 
+KERNEL_MODULES = ("engine.kernels", "engine.autodiff.grad_kernels", "engine.autodiff.optim_kernels")
+CALLS_KERNELS_ON_PURPOSE = {"engine.dispatch_echo"}  # compares a plain call with native ones
+
+
+def direct_kernel_calls(root: Path = ROOT) -> list[str]:
+    """Calls of the project's @ti.kernel functions in app/ and engine/ that bypass engine.launch.launch."""
+    files = {module_name(root, path): path for path in python_files(root)}
+    kernels = {}
+    for name, path in files.items():
+        if name.startswith(KERNEL_MODULES):
+            kernels[name] = {node.name for node in ast.walk(ast.parse(path.read_text()))
+                             if isinstance(node, ast.FunctionDef)
+                             and any("kernel" in ast.unparse(d) for d in node.decorator_list)}
+    found = []
+    for name, path in files.items():
+        if not name.startswith(("app", "engine")) or name in CALLS_KERNELS_ON_PURPOSE:
+            continue
+        tree = ast.parse(path.read_text())
+        local, modules = set(), {}  # kernel names imported as such; aliases of kernel modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    if alias.name in kernels.get(node.module, ()):
+                        local.add(alias.asname or alias.name)
+                    elif f"{node.module}.{alias.name}" in kernels:
+                        modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if (isinstance(func, ast.Name) and func.id in local) or (
+                    isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                    and func.attr in kernels.get(modules.get(func.value.id, ""), ())):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(func)}(...) is called directly: "
+                             f"launch it with engine.launch.launch, so the tape sees it and it launches natively")
+    return found
+
+
+def test_kernels_are_launched_only_through_engine_launch():
+    assert direct_kernel_calls() == []
+
+
 def test_every_import_keeps_to_the_layer_table():
     assert violations() == []
 
