@@ -8,10 +8,10 @@ distance to the mesh over the plane z = 0.
     python examples/closest_points.py                   # then a window shows the distance field
     python examples/closest_points.py --arch vulkan --headless
 """
-import argparse
 
 import numpy as np
 
+from app.cli import example_parser
 from engine import backend, image_io
 from engine.bvh import TriangleBVH
 from engine.meshgen import blob
@@ -24,10 +24,7 @@ def disagreement(bvh: TriangleBVH, points: np.ndarray) -> float:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", choices=backend.ARCH_CHOICES, default=None, help="default: $SHANNON_ARCH, else auto")
-    parser.add_argument("--headless", action="store_true", help="print the results, open no window")
-    args = parser.parse_args()
+    args = example_parser(__doc__).parse_args()         # --arch, --headless
     print(f"backend: {backend.init(args.arch).name}")
 
     vertices, faces = blob(3)                           # numpy (V, 3) float, (F, 3) int

@@ -9,25 +9,23 @@ project's parity figures (app/claims/thresholds.py).
     python examples/compare_backends.py                 # cpu vs vulkan; then a window shows |A - B|
     python examples/compare_backends.py --arch cuda --parity-arch cpu --headless
 """
-import argparse
-
 import numpy as np
 
 from app.claims.thresholds import PIXEL_ATOL, PIXEL_MAX_ERR, PIXEL_MIN_SHARE
+from app.cli import example_parser
 from engine import backend, image_io
 from engine.parity import compare
 from engine.worker import BackendWorker
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", choices=backend.ARCH_CHOICES[1:], default="cpu", help="backend A (default cpu)")
-    parser.add_argument("--parity-arch", choices=backend.ARCH_CHOICES[1:], default="vulkan",
-                        help="backend B (default vulkan: lavapipe on a machine without a GPU)")
-    parser.add_argument("--headless", action="store_true", help="print the results, open no window")
+    parser = example_parser(__doc__)                    # --arch (backend A), --headless
+    parser.add_argument("--parity-arch", choices=backend.ARCH_CHOICES[1:], default=None,
+                        help="backend B (default: vulkan beside the cpu, else the cpu)")
     args = parser.parse_args()
+    arch, parity_arch = backend.resolve_archs(args.arch, args.parity_arch)   # checked before anything starts
 
     frame = {"t": 0.5, "width": 192, "height": 96}
-    with BackendWorker(args.arch) as a, BackendWorker(args.parity_arch) as b:
+    with BackendWorker(arch) as a, BackendWorker(parity_arch) as b:
         print(f"backends: {a.backend['arch']} (A) and {b.backend['arch']} (B), each in its own process")
         rgb_a = a.call("raymarch_frame", **frame)["rgb"]
         rgb_b = b.call("raymarch_frame", **frame)["rgb"]

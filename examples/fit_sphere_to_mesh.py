@@ -9,20 +9,18 @@ in the target file's coordinates.
     python examples/fit_sphere_to_mesh.py               # then a window shows target and fit side by side
     python examples/fit_sphere_to_mesh.py --target blub --iters 400 --arch vulkan --headless
 """
-import argparse
 from pathlib import Path
 
 import numpy as np
 
+from app.cli import example_parser
 from app.mesh_preview import side_by_side
 from app.scenes.fit_settings import TARGETS
 from app.scenes.shape_fit import ShapeFit
 from engine import backend
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", choices=backend.ARCH_CHOICES, default=None, help="default: $SHANNON_ARCH, else auto")
-    parser.add_argument("--headless", action="store_true", help="print the results, open no window")
+    parser = example_parser(__doc__)                    # --arch, --headless
     parser.add_argument("--target", default="spot", help=f"one of {', '.join(TARGETS)}, or a mesh file")
     parser.add_argument("--iters", type=int, default=200, help="iterations (default 200)")
     parser.add_argument("--out", default="out/examples", help="folder for fit_<target>.obj and .png")

@@ -8,12 +8,12 @@ here); the time per launch is printed for both (engine.launch.launch does this f
     python examples/native_launch.py                    # then a window plots the time of each launch
     python examples/native_launch.py --arch vulkan --headless
 """
-import argparse
 import time
 
 import numpy as np
 import taichi as ti
 
+from app.cli import example_parser
 from engine import backend
 from engine.dispatch import LaunchSequence, bind, native
 from engine.fields import FieldGroup
@@ -36,10 +36,7 @@ def timed(call, launches: int = 300) -> np.ndarray:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", choices=backend.ARCH_CHOICES, default=None, help="default: $SHANNON_ARCH, else auto")
-    parser.add_argument("--headless", action="store_true", help="print the results, open no window")
-    args = parser.parse_args()
+    args = example_parser(__doc__).parse_args()         # --arch, --headless
     print(f"backend: {backend.init(args.arch).name}")
     group = FieldGroup()
     x, v, y = group.field(ti.f32, (256,)), group.field(ti.f32, (256,)), group.field(ti.f32, (256,))

@@ -8,19 +8,17 @@ march steps come back as extra images.
     python examples/render_frame.py --t 0.3             # then a window shows the frame
     python examples/render_frame.py --width 512 --height 256 --arch vulkan --headless
 """
-import argparse
 from pathlib import Path
 
 import numpy as np
 
+from app.cli import example_parser
 from app.scenes.robot_arm import scene_at
 from engine import backend, image_io
 from engine.render import Camera, Renderer
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", choices=backend.ARCH_CHOICES, default=None, help="default: $SHANNON_ARCH, else auto")
-    parser.add_argument("--headless", action="store_true", help="print the results, open no window")
+    parser = example_parser(__doc__)                    # --arch, --headless
     parser.add_argument("--t", type=float, default=0.5, help="time on the timeline, 0..1 (default 0.5)")
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--height", type=int, default=128)

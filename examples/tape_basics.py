@@ -7,11 +7,11 @@ then lowers L towards its minimum, -1,024.
     python examples/tape_basics.py                      # then a window plots dL/dx against the formula
     python examples/tape_basics.py --arch vulkan --headless
 """
-import argparse
 
 import numpy as np
 import taichi as ti
 
+from app.cli import example_parser
 from engine import backend
 from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
@@ -20,10 +20,7 @@ from engine.kernels.affine import affine, sin_map, sum_into  # y = a*x + b, z = 
 from engine.launch import launch
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", choices=backend.ARCH_CHOICES, default=None, help="default: $SHANNON_ARCH, else auto")
-    parser.add_argument("--headless", action="store_true", help="print the results, open no window")
-    args = parser.parse_args()
+    args = example_parser(__doc__).parse_args()         # --arch, --headless
     print(f"backend: {backend.init(args.arch).name}")
 
     group = FieldGroup()                                # fields allocated together, freed together
