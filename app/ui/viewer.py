@@ -26,7 +26,15 @@ def _run(title: str, gui, size: tuple[int, int], frames: int | None, implot: boo
         if frames is not None and drawn[0] >= frames:
             hello_imgui.get_runner_params().app_shall_exit = True
 
-    immapp.run(frame, window_title=title, window_size=size, with_implot=implot, fps_idle=10.0)
+    params = hello_imgui.RunnerParams()
+    params.app_window_params.window_title = title
+    params.app_window_params.window_geometry.size = size
+    # no multisampling, as in the app: llvmpipe resolves it on the CPU, and GLFW keeps a window hint set
+    # once for every later window of the process (the app's own window included)
+    params.renderer_backend_options.open_gl_options.anti_aliasing_samples = 0
+    params.fps_idling.fps_idle = 10.0
+    params.callbacks.show_gui = frame
+    immapp.run(params, immapp.AddOnsParams(with_implot=implot))
     return np.asarray(hello_imgui.final_app_window_screenshot())
 
 
