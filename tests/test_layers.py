@@ -60,9 +60,13 @@ def read_rules(root: Path = ROOT) -> Rules:
 
 
 def python_files(root: Path = ROOT) -> list[Path]:
-    """Every Python file of the checkout (tracked, or new and not ignored)."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=root,
-                            capture_output=True, text=True, check=True).stdout.split()
+    """Every Python file of the checkout (tracked, or new and not ignored); outside git, every one not hidden."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=root,
+                                capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout (an unpacked source tree)
+        listed = [str(path.relative_to(root)) for path in root.rglob("*.py")
+                  if not any(part.startswith(".") or part in ("build", "dist") for part in path.relative_to(root).parts)]
     return [root / name for name in sorted(set(listed)) if (root / name).is_file()]
 
 
