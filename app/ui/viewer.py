@@ -33,6 +33,7 @@ def _run(title: str, gui, size: tuple[int, int], frames: int | None, implot: boo
     # once for every later window of the process (the app's own window included)
     params.renderer_backend_options.open_gl_options.anti_aliasing_samples = 0
     params.fps_idling.fps_idle = 10.0
+    params.ini_disable = True  # a viewer keeps no layout: HelloImGui would write <title>.ini into the working directory
     params.callbacks.show_gui = frame
     immapp.run(params, immapp.AddOnsParams(with_implot=implot))
     return np.asarray(hello_imgui.final_app_window_screenshot())
