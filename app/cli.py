@@ -96,6 +96,14 @@ def add_arch_argument(parser: argparse.ArgumentParser) -> None:
                         help=f"backend to run on (default: ${ARCH_ENV}, else auto: CUDA if present, else cpu)")
 
 
+def example_parser(doc: str) -> argparse.ArgumentParser:
+    """The flags every program in examples/ takes: --arch (one of ARCH_CHOICES) and --headless (no window)."""
+    parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    parser.add_argument("--arch", choices=ARCH_CHOICES, default=None, help=f"backend (default: ${ARCH_ENV}, else auto)")
+    parser.add_argument("--headless", action="store_true", help="print the results and open no window")
+    return parser
+
+
 class _CommandParser(OneLineParser):
     """A "module:main" command's parser: parsing also applies its -v/-q (given there, else those before the command)."""
 

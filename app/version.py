@@ -9,8 +9,8 @@ DISTRIBUTION = "shannon-autograd"
 def version() -> str:
     """The installed distribution's version ("0.1.0"), or "(not installed)" when run from a bare checkout.
 
-        >>> version()  # doctest: +SKIP
-        '0.1.0'
+        >>> version() == "(not installed)" or version().count(".") >= 2
+        True
     """
     try:
         return importlib.metadata.version(DISTRIBUTION)

@@ -45,10 +45,6 @@ class Backend:
     requested: str  # what was asked for: one of ARCH_CHOICES
     note: str = ""  # why `auto` did not get CUDA, else ""
 
-    @property
-    def has_f64(self) -> bool:
-        return True  # all three run f64 (lavapipe included); kept as a property for the record
-
     def as_record(self) -> dict:
         return {"arch": self.name, "requested": self.requested, "note": self.note}
 

@@ -58,14 +58,15 @@ def test_a_perturbed_input_is_caught():
 
 def test_a_crashing_worker_gives_a_clear_error():
     with BackendWorker("cpu") as worker:
-        with pytest.raises(WorkerError, match=r"cpu worker died during tests.worker_faults:crash \(exit code 3\)"):
+        with pytest.raises(WorkerError,
+                           match=r"cpu worker died during computation tests.worker_faults:crash \(exit code 3\)"):
             worker.call("tests.worker_faults:crash")
         assert not worker.alive
 
 
 def test_a_hanging_worker_times_out():
     with BackendWorker("cpu") as worker:
-        with pytest.raises(WorkerError, match="did not tests.worker_faults:hang within 2 s"):
+        with pytest.raises(WorkerError, match="did not finish computation tests.worker_faults:hang within 2 s"):
             worker.call("tests.worker_faults:hang", timeout_s=2)
         assert not worker.alive
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from app.claims.raymarch_parity import pixel_parity
+from app.claims.thresholds import PIXEL_MAX_ERR, PIXEL_MIN_SHARE
 from app.scenes import robot_arm as arm
 from engine import image_io
 from engine.errors import UserError
@@ -136,7 +137,7 @@ def test_cpu_and_other_backends_agree(arch, t):
     a = backend_worker("cpu").call("raymarch_frame", **inputs)["rgb"]
     b = backend_worker(arch).call("raymarch_frame", **inputs)["rgb"]
     share, max_err, _ = pixel_parity(a, b)
-    assert share >= 0.9995 and max_err <= 5e-2, (share, max_err)
+    assert share >= PIXEL_MIN_SHARE and max_err <= PIXEL_MAX_ERR, (share, max_err)
 
 
 @pytest.mark.parametrize("width,height", [(0, 64), (-3, 64), (64, 16385), (2.5, 64), (True, 64)])

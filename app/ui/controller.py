@@ -24,16 +24,15 @@ import time
 
 import numpy as np
 
+from app.claims.thresholds import GRAD_RTOL
 from app.ui.links import Answer, Request, WorkerLink
-from app.ui.panels.parity import summarise
-from app.ui.panels.shape_fit import reset_command
-from app.ui.state import AppState, Command
+from app.ui.parity_summary import summarise
+from app.ui.state import AppState, Command, reset_command
 from engine.errors import UserError
 from engine.image_io import write_png
 from engine.parity import compare
 
 SERVICES = "app.ui.services"
-GRAD_RTOL = 1e-3  # gradient parity: max |A - B| within this fraction of max |A| (the brief's rel 1e-3)
 FIT_BATCH_S = 0.05  # a running fit returns to the link this often, so frames can interleave
 GRAD_PARITY_EVERY_S = 2.0  # the live fit's gradients are compared across backends at most this often
 MIN_RENDER_PX = 32

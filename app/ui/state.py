@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from app.claims.thresholds import PIXEL_ATOL
 from app.scenes.fit_settings import RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END
 from app.scenes.fit_settings import TARGETS as FIT_TARGETS  # built-in targets; any mesh file may be opened too
 PANELS = ("raymarch", "fit", "parity", "tape")  # the dockable panels, by --panel name
@@ -116,7 +117,7 @@ class FitView:
 class ParityView:
     """The parity panel: the last comparison of the primary and parity backends."""
 
-    atol: float = 1e-4
+    atol: float = PIXEL_ATOL
     status: str = "starting"  # "starting", "idle", "busy", or "unavailable: <why>"
     what: str = ""  # what the numbers below compare, e.g. "ray-march frame t=2.50 s, 320x200"
     share_within: float | None = None
@@ -190,3 +191,10 @@ class AppState:
         """Show `message` in the window (once, however often it repeats)."""
         if message not in self.errors:
             self.errors.append(message)
+
+
+def reset_command(state: AppState) -> Command:
+    """The command that restarts the fit with the settings the shape-fit panel shows."""
+    fit = state.fit
+    return Command("fit_reset", {"target": fit.target, "subdiv": fit.subdiv, "lr": fit.lr, "smooth": fit.smooth,
+                                 "smooth_end": fit.smooth_end, "schedule_iters": fit.max_iterations})

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from imgui_bundle import imgui
 
+from app.ui import colours
 from app.ui.state import AppState, Command
 
 MESH_EXTENSIONS = (".obj", ".ply", ".stl", ".off", ".glb")
@@ -113,7 +114,7 @@ def draw(state: AppState) -> None:
     elif accepted and dialog.name.strip():
         _accept(state, purpose)
     if dialog.error:
-        imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), dialog.error)
+        imgui.text_colored(colours.ERROR, dialog.error)
     imgui.end_popup()
 
 

@@ -1,7 +1,7 @@
 """Parity panel: the live difference between the primary and the parity backend.
 
 The controller renders the frame on screen again on the parity backend (its own
-worker process) and `summarise` compares the two off the UI thread; this panel draws
+worker process) and `app.ui.parity_summary.summarise` compares the two off the UI thread; this panel draws
 the result: the share of values within the tolerance and the max error (where it is: in
 a tooltip), then |A - B| as a heat map (`engine.image_io.diff_heatmap`: log scale around the
 tolerance) with its colour bar, and a histogram of log10 |A - B| over every value with
@@ -13,27 +13,16 @@ from __future__ import annotations
 import numpy as np
 from imgui_bundle import imgui, implot
 
+from app.claims.thresholds import PIXEL_MIN_SHARE
+from app.ui import colours
 from app.ui.gl import Gfx
 from app.ui.layout import flow, plot_layout
+from app.ui.parity_summary import HIST_BINS, LOG_RANGE
 from app.ui.state import AppState, Command
-from engine.image_io import diff_heatmap, diff_heatmap_range, heatmap_colours
-from engine.parity import abs_error, compare
+from engine.image_io import diff_heatmap_range, heatmap_colours
 
-LOG_RANGE = (-9.0, 0.0)  # the histogram spans 1e-9 .. 1 (exact agreement lands in the first bin)
-HIST_BINS = 36
 COLORMAP = "shannon |A - B|"  # engine.image_io's heat-map colours, registered with implot for the colour bar
 MIN_PLOT_HEIGHT = 90.0  # below this the heat map and histogram stop shrinking and the panel scrolls
-
-
-def summarise(a: np.ndarray, b: np.ndarray, atol: float) -> dict:
-    """Everything the panel shows about A vs B (run off the UI thread: it touches every value)."""
-    report = compare(a, b, atol)
-    err = abs_error(a, b)
-    with np.errstate(divide="ignore"):
-        log_err = np.clip(np.log10(err), *LOG_RANGE)
-    counts, edges = np.histogram(log_err, bins=HIST_BINS, range=LOG_RANGE)
-    return {"report": report, "heatmap": diff_heatmap(a, b, atol), "hist_counts": counts.astype(np.float64),
-            "hist_log_err": 0.5 * (edges[:-1] + edges[1:])}
 
 
 def draw(state: AppState, gfx: Gfx) -> None:
@@ -48,12 +37,12 @@ def draw(state: AppState, gfx: Gfx) -> None:
     imgui.end_disabled()
     imgui.set_item_tooltip("the fit's gradients are compared every few seconds while it moves; this compares them now")
     if view.error:
-        imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), view.error)
+        imgui.text_colored(colours.ERROR, view.error)
     if view.share_within is None:
         imgui.text_disabled(view.what or "no comparison yet: the first full-quality frame is compared automatically")
         return
-    ok = view.share_within >= 0.9995
-    colour = imgui.ImVec4(0.4, 0.9, 0.4, 1.0) if ok else imgui.ImVec4(1.0, 0.45, 0.35, 1.0)
+    ok = view.share_within >= PIXEL_MIN_SHARE
+    colour = colours.OK if ok else colours.ERROR
     imgui.text_colored(colour, f"{view.share_within * 100:.3f} % within {view.atol:g}")
     imgui.set_item_tooltip(view.worst)
     summary = f"max |A - B| {view.max_abs_err:.3g} | {view.what}"
@@ -99,13 +88,13 @@ def _heatmap(state: AppState, gfx: Gfx, size: imgui.ImVec2) -> None:
 
 def _status_badge(status: str) -> None:
     if status == "idle":
-        imgui.text_colored(imgui.ImVec4(0.4, 0.9, 0.4, 1.0), "[worker idle]")
+        imgui.text_colored(colours.OK, "[worker idle]")
     elif status == "busy":
-        imgui.text_colored(imgui.ImVec4(1.0, 0.8, 0.3, 1.0), "[worker busy: rendering on B]")
+        imgui.text_colored(colours.BUSY, "[worker busy: rendering on B]")
     elif status == "starting":
-        imgui.text_colored(imgui.ImVec4(1.0, 0.8, 0.3, 1.0), "[worker starting]")
+        imgui.text_colored(colours.BUSY, "[worker starting]")
     else:
-        imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), f"[{status}]")
+        imgui.text_colored(colours.ERROR, f"[{status}]")
 
 
 def _histogram(state: AppState, size: imgui.ImVec2) -> None:

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from imgui_bundle import imgui
 
+from app.ui import colours
 from app.ui.gl import Gfx
 from app.ui.layout import flow
 from app.ui.state import RAYMARCH_HOME, AppState
@@ -58,7 +59,7 @@ def draw(state: AppState, gfx: Gfx) -> None:
     flow(imgui.calc_text_size(caption).x)
     imgui.text_disabled(caption)
     if view.error:
-        imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), f"frame failed: {view.error}")
+        imgui.text_colored(colours.ERROR, f"frame failed: {view.error}")
     edited |= _image(state, gfx)
     if edited or view.playing:
         view.interacting_until = time.perf_counter() + PREVIEW_HOLD_S

@@ -19,19 +19,14 @@ import numpy as np
 from imgui_bundle import imgui, implot
 
 from app.scenes.fit_settings import MAX_SUBDIV, RECOMMENDED_ITERS
+from app.ui import colours
 from app.ui.gl import MESH_FOV_Y, Gfx
 from app.ui.layout import flow, labelled_width
 from app.ui.panels import file_dialog
-from app.ui.state import FIT_HOME, FIT_TARGETS, AppState, Command
+from app.ui.state import FIT_HOME, FIT_TARGETS, AppState, Command, reset_command
 
 MAX_ITERATIONS = 100_000
 FRAME_MARGIN = 1.08  # the framed meshes keep this much room around their bounding sphere
-
-
-def reset_command(state: AppState) -> Command:
-    fit = state.fit
-    return Command("fit_reset", {"target": fit.target, "subdiv": fit.subdiv, "lr": fit.lr, "smooth": fit.smooth,
-                                 "smooth_end": fit.smooth_end, "schedule_iters": fit.max_iterations})
 
 
 def toggle_run(state: AppState) -> None:
@@ -71,7 +66,7 @@ def draw(state: AppState, gfx: Gfx) -> None:
     _settings(state)
     _controls(state)
     if state.fit.error:
-        imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), f"fit failed: {state.fit.error}")
+        imgui.text_colored(colours.ERROR, f"fit failed: {state.fit.error}")
     avail = imgui.get_content_region_avail()
     half = imgui.ImVec2(max((avail.x - imgui.get_style().item_spacing.x) / 2, 16.0), max(avail.y, 16.0))
     _mesh_view(state, gfx, half)
