@@ -1,10 +1,11 @@
-"""The desktop app: one hello_imgui window with four docked panels and a status bar.
+"""The desktop app: one hello_imgui window with four docked panels, a menu bar and a status bar.
 
 `run_app(options)` opens the window and returns the exit code. Panels are
 `draw(state, gfx)` functions of the one `AppState`; `Controller.tick` runs before each
-frame and connects the state to the backend workers. The default layout fits 1280x800:
-ray march top left, parity under it, shape fit top right, tape under it. View > Layout
-restores it after rearranging (the layout is remembered in the user's config folder).
+frame and connects the state to the backend workers. The default layout holds from
+1024x640 up: ray march top left, parity under it, shape fit top right, tape under it.
+View > Restore the default layout puts it back after rearranging (the layout is remembered in the user's
+config folder). File, View (UI scale) and Help (keyboard shortcuts) are `app.ui.menus`.
 
 Test hooks (`--frames N --screenshot PATH [--panel NAME] [--size WxH]`): the N frames
 are counted once the panels have live content (backend started, a full-quality frame
@@ -16,14 +17,18 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
+import logging
 import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
-from engine.errors import UserError
+from engine.errors import Interrupted, UserError
+from engine.interrupt import StopFlag, graceful_stop
 
+log = logging.getLogger(__name__)
 WINDOW_TITLES = {"raymarch": "Ray march", "fit": "Shape fit", "parity": "Parity", "tape": "Tape"}
 SOFTWARE_GL = ("llvmpipe", "softpipe", "swiftshader")  # GL renderers that draw on the CPU
 SOFTWARE_GL_FPS_MAX = 60.0  # their frame cap (hardware GL has vsync for that)
@@ -56,10 +61,16 @@ def require_display() -> None:
     The connection stays open: an X server started without -noreset (xvfb-run's default)
     resets when its last client disconnects, and a window opened during that reset fails
     (measured: half of back-to-back `xvfb-run python -m app` runs, when this closed it).
+    A $WAYLAND_DISPLAY counts only when its socket exists; one that names no socket is
+    said to be the problem when there is no X display to fall back on.
     """
-    if os.environ.get("WAYLAND_DISPLAY") or _held_display:
+    wayland = os.environ.get("WAYLAND_DISPLAY")
+    if _held_display or (wayland and _wayland_socket(wayland).is_socket()):
         return
     display = os.environ.get("DISPLAY")
+    if not display and wayland:
+        raise UserError(f"no display: WAYLAND_DISPLAY={wayland} names no Wayland socket ({_wayland_socket(wayland)} "
+                        "does not exist): use --headless or run under Xvfb")
     if not display:
         raise UserError("no display: use --headless or run under Xvfb")
     try:
@@ -77,6 +88,11 @@ def require_display() -> None:
         raise UserError(f"no OpenGL on DISPLAY={display} (its X server has no GLX extension): "
                         "use --headless, or an X server with GLX (Xvfb has it by default)")
     _held_display.append(connection)  # only a display that passed: a later call asks again otherwise
+
+
+def _wayland_socket(name: str) -> Path:
+    """Where a Wayland client looks for the compositor: $WAYLAND_DISPLAY itself if absolute, else in $XDG_RUNTIME_DIR."""
+    return Path(name) if os.path.isabs(name) else Path(os.environ.get("XDG_RUNTIME_DIR", "/run/user/0")) / name
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -122,45 +138,32 @@ def _docking(panel: str | None):
         return [], {panel: "MainDockSpace"}
     splits = [
         split("MainDockSpace", "RightSpace", imgui.Dir.right, 0.45),
-        split("MainDockSpace", "ParitySpace", imgui.Dir.down, 0.38),
-        split("RightSpace", "TapeSpace", imgui.Dir.down, 0.32),
+        split("MainDockSpace", "ParitySpace", imgui.Dir.down, 0.4),
+        split("RightSpace", "TapeSpace", imgui.Dir.down, 0.36),
     ]
     return splits, {"raymarch": "MainDockSpace", "parity": "ParitySpace", "fit": "RightSpace", "tape": "TapeSpace"}
-
-
-def resolve_archs(arch: str | None, parity_arch: str | None) -> tuple[str, str]:
-    """The requested primary arch and the parity arch (default: the natural partner of the primary).
-
-    Resolving `auto` here needs no Taichi: the UI process never imports it.
-    """
-    from app.headless import default_parity_arch
-    from engine import backend
-
-    requested = backend.requested_arch(arch)
-    primary = requested
-    if requested == "auto":
-        primary = "cuda" if backend.cuda_unavailable_reason() is None else "cpu"
-    parity = backend.requested_arch(parity_arch) if parity_arch else default_parity_arch(primary)
-    if parity == "auto":
-        raise UserError("--parity-arch must name a backend (cuda, vulkan or cpu), not auto")
-    if "cuda" in (requested, parity) and (reason := backend.cuda_unavailable_reason()):
-        raise UserError(f"backend cuda is not available: {reason}")  # as headless says it, before any window
-    return requested, parity
 
 
 def launch_app(args) -> int:
     """The CLI's GUI branch: check the flags and the display, then open the window."""
     from app.ui.state import PANELS
+    from engine import backend, output_dir
 
     if args.panel is not None and args.panel not in PANELS:
         raise UserError(f"--panel '{args.panel}': choose one of {', '.join(PANELS)}")
     if args.frames is not None and args.frames < 1:
         raise UserError(f"--frames {args.frames}: must be at least 1")
     size = parse_size(args.size)
-    arch, parity_arch = resolve_archs(args.arch, args.parity_arch)
+    arch, parity_arch = backend.resolve_archs(args.arch, args.parity_arch)
+    if args.screenshot is not None:
+        output_dir.check_output_file(args.screenshot, "--screenshot")  # before a window opens, not after the run
+    require_imgui()
     require_display()
     run = run_app(AppOptions(arch=arch, parity_arch=parity_arch, frames=args.frames,
                              screenshot=args.screenshot, panel=args.panel, size=size))
+    if args.frames is not None and run.state.primary_status.startswith("unavailable"):
+        what = "stopped" if run.state.backend else "never started"
+        raise UserError(f"the {arch} backend {what}: {run.state.primary_status.split(': ', 1)[-1]}")
     if args.frames is not None:
         print(run.summary() + (f"; screenshot {args.screenshot}" if args.screenshot else ""))
     return run.exit_code
@@ -212,17 +215,30 @@ class _FrameClock:
             self.warm_renders = state.raymarch.frames_rendered
         elif waited > self.next_report_s:  # say what a long start-up waits for (first runs compile for minutes)
             self.next_report_s += WARM_REPORT_S
-            print(f"still waiting after {waited:.0f} s for: {'; '.join(warm_blockers(state))}", file=sys.stderr)
+            log.info("still waiting after %.0f s for: %s", waited, "; ".join(warm_blockers(state)))
+
+
+def require_imgui() -> None:
+    """Fail in one line when imgui-bundle is missing (Python 3.10 gets no wheel of it: see pyproject.toml)."""
+    try:
+        import imgui_bundle  # noqa: F401
+    except ImportError:
+        raise UserError(f"the desktop app needs imgui-bundle, which is not installed for Python "
+                        f"{sys.version_info[0]}.{sys.version_info[1]} (it has wheels for 3.11 and 3.12; "
+                        "`pip install imgui-bundle` builds it from source); --headless, render and fit "
+                        "work without it") from None
 
 
 def run_app(options: AppOptions) -> AppRun:
     """Open the window; return once it closes."""
     require_display()
+    require_imgui()
     from imgui_bundle import hello_imgui, immapp, imgui
 
+    from app.ui import menus
     from app.ui.controller import Controller
     from app.ui.gl import Gfx
-    from app.ui.panels import parity, raymarch, shape_fit, status, tape
+    from app.ui.panels import file_dialog, parity, raymarch, shape_fit, status, tape
     from app.ui.state import AppState
 
     state = AppState(arch=options.arch, parity_arch=options.parity_arch, show_timings=options.show_timings,
@@ -234,9 +250,14 @@ def run_app(options: AppOptions) -> AppRun:
     scripted = options.frames is not None or options.test_function is not None
 
     def before_frame() -> None:
+        if stop:  # SIGINT/SIGTERM: close the window like its close button, then say so (exit code 130)
+            params.app_shall_exit = True
         controller.tick(state, clock.tick())
         state.frame += 1
         state.ui_fps = imgui.get_io().framerate
+        imgui.get_style().font_scale_main = state.ui_scale
+        if state.quit_requested:
+            params.app_shall_exit = True
         clock.mark_warm(state)
         if options.start_fit and state.fit.ready and clock.warm_frame is not None and not state.fit.iteration:
             state.fit.running = True
@@ -264,6 +285,7 @@ def run_app(options: AppOptions) -> AppRun:
     params.imgui_window_params.show_status_fps = False
     params.imgui_window_params.show_menu_bar = True
     params.imgui_window_params.show_menu_app = False
+    params.imgui_window_params.show_menu_view = False  # drawn by app.ui.menus, between File and Help
     params.imgui_window_params.remember_status_bar_settings = False
     splits, docks = _docking(options.panel)
     params.docking_params.docking_splits = splits
@@ -284,13 +306,33 @@ def run_app(options: AppOptions) -> AppRun:
             # take it from the fit (measured: 63-82 it/s uncapped, 93-124 capped, at 54-67 fps)
             params.fps_idling.fps_max = state.fps_cap = SOFTWARE_GL_FPS_MAX
 
+    def top_level() -> None:  # every frame, outside the panels
+        status.draw_errors(state)
+        file_dialog.draw(state)
+        menus.draw_shortcuts_window(state)
+        menus.handle_shortcuts(state)
+
+    def before_swap() -> None:  # the frame is complete in the back buffer: File > Save screenshot reads it
+        if state.screenshot_path and state.frame >= state.screenshot_frame and gfx:
+            path, state.screenshot_path = state.screenshot_path, ""
+            _write_window_png(gfx[0], path, state)
+
     params.callbacks.post_init = post_init
     params.callbacks.pre_new_frame = before_frame
     params.callbacks.show_status = lambda: status.draw_status(state)
-    params.callbacks.show_gui = lambda: status.draw_errors(state)
+    params.callbacks.show_gui = top_level
+    def restore_layout() -> None:
+        params.docking_params.layout_reset = True
+        for panel in params.docking_params.dockable_windows:
+            panel.is_visible = True
+
+    params.callbacks.show_menus = lambda: menus.draw_menus(state, params.docking_params.dockable_windows,
+                                                           restore_layout)
+    params.callbacks.before_swap = before_swap
     params.callbacks.before_exit = controller.close
     controller.start(state)
     addons = immapp.AddOnsParams(with_implot=True)
+    stop = StopFlag()
     try:
         if options.test_function is not None:
             from imgui_bundle.immapp import testing
@@ -303,7 +345,8 @@ def run_app(options: AppOptions) -> AppRun:
             testing.run(test_function=lambda ctx: options.test_function(ctx, state),
                         runner_params=params, add_ons_params=addons)
         else:
-            immapp.run(params, addons)
+            with graceful_stop(stop):
+                immapp.run(params, addons)
     except RuntimeError as exc:
         if gfx:  # the window was up: a failure while running, keep its traceback
             raise
@@ -312,6 +355,8 @@ def run_app(options: AppOptions) -> AppRun:
                         "or use --headless)") from None
     finally:
         controller.close()
+    if stop:
+        raise Interrupted(stop.signal_name, "the window was closed")
     run = AppRun(0, state)
     if clock.warm_frame is not None:
         run.warm_frames, run.warm_seconds = state.frame - clock.warm_frame, clock.last - clock.warm_at
@@ -320,6 +365,22 @@ def run_app(options: AppOptions) -> AppRun:
     if options.screenshot:
         _save_screenshot(options.screenshot)
     return run
+
+
+def _write_window_png(gfx, path: str, state) -> None:
+    """The window's framebuffer as it is now, as a PNG (File > Save screenshot)."""
+    import numpy as np
+
+    from engine.image_io import write_png
+
+    width, height = gfx.ctx.screen.viewport[2:]
+    pixels = np.frombuffer(gfx.ctx.screen.read(components=3), np.uint8).reshape(height, width, 3)[::-1]
+    try:
+        write_png(path, pixels)
+    except (OSError, UserError) as exc:
+        state.error(f"save screenshot: cannot write {path}: {exc}")
+        return
+    state.saved = f"wrote {path} ({width}x{height})"
 
 
 def _save_screenshot(path: str) -> None:

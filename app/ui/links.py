@@ -26,12 +26,11 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from engine.worker import BackendWorker, WorkerError
+from engine.worker import BackendWorker, WorkerError, exit_description
 
 WORKER_NICE = 10  # scheduling priority of the backend workers relative to the window
 
@@ -49,7 +48,6 @@ class Answer:
     request: Request
     outputs: dict | None  # None when the call failed
     error: str = ""
-    seconds: float = 0.0  # wall time of the call, as seen from the UI process
     extra: dict = field(default_factory=dict)  # what `post` computed off the UI thread
 
 
@@ -108,6 +106,9 @@ class WorkerLink:
                     self._idle_turn = False
                     return idle
                 self._wake.wait(0.5)
+                if self._worker is not None and not self._worker.alive:  # died between calls: say so, stop
+                    self.status = f"unavailable: the {self.arch} worker died ({exit_description(self._worker.exitcode)})"
+                    return None
             return None
 
     def _run(self) -> None:
@@ -124,7 +125,6 @@ class WorkerLink:
         self.status = "ready"
         while (request := self._next()) is not None:
             self.in_flight, self.status = request.name, "busy"
-            started = time.perf_counter()
             try:
                 answer = Answer(request, self._worker.call(request.name, **request.inputs))
             except WorkerError as exc:
@@ -133,7 +133,6 @@ class WorkerLink:
                 if self._stop:
                     return
                 raise
-            answer.seconds = time.perf_counter() - started
             if answer.outputs is not None and self._post is not None:
                 self._post(answer)
             self.in_flight = ""
