@@ -425,8 +425,7 @@ def _search(p, corner_packets: ti.template(), bound_packets: ti.template(), leaf
                     node, node_dist, descend = 4 * node + 1 + lanes[0], dist, True
             else:
                 k = node - first_leaf
-                # only the packets that hold triangles: a leaf fills 1/4 to all of its slots
-                for packet in range((leaf_start[k + 1] - leaf_start[k] + 3) // 4):
+                for packet in range(width // 4):
                     index = k * (width // 4) + packet
                     bounds = bound_packets[index]
                     d = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
