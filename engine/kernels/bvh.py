@@ -23,7 +23,7 @@ loose whenever the patch is not axis-aligned. A leaf's cylinder is exact over it
   and, four slots to a packet, `packets[t // 4]` their bounds lane by lane: the plane normal,
   the centroid, the radius of the corners about it, and a slack (below). That is the same
   bound with T = 0: a disc, which skips most triangles before the exact point-triangle test.
-  Slots past a leaf's count have radius -inf (never near).
+  Slots past a leaf's count hold NaN corners (never near).
 
 Rounding. Every cylinder bound is used less a slack, SLACK w.w + SLACK (R^2 + T^2), so
 that float32 rounding can never skip a triangle the brute-force kernel would pick: answers
