@@ -60,7 +60,7 @@ class Ours:
     def __init__(self, vertices: np.ndarray, faces: np.ndarray, leaf_size: int | None) -> None:
         import taichi as ti
 
-        from engine.bvh import DEFAULT_LEAF_SIZE, TriangleBVH
+        from engine.triangle_bvh import DEFAULT_LEAF_SIZE, TriangleBVH
 
         self.sync = ti.sync
         self.bvh = TriangleBVH.build(vertices, faces, leaf_size=leaf_size or DEFAULT_LEAF_SIZE)
@@ -74,7 +74,7 @@ class Ours:
         self.bvh.refit()
 
     def load(self, points: np.ndarray) -> None:
-        from engine.bvh import QueryBuffers
+        from engine.triangle_bvh import QueryBuffers
 
         buffers = self.buffers.get(len(points)) or QueryBuffers(len(points))
         buffers.load(points)
@@ -334,7 +334,7 @@ def main(argv: list[str]) -> int:
     for name in PEERS:
         parser.add_argument(f"--no-{name.lower()}", action="store_true", help=f"do not time {name}")
     parser.add_argument("--leaf-size", type=int, default=None,
-                        help="most triangles per BVH leaf (default: engine.bvh.DEFAULT_LEAF_SIZE)")
+                        help="most triangles per BVH leaf (default: engine.triangle_bvh.DEFAULT_LEAF_SIZE)")
     options = parser.parse_args(argv)
     if options.repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {options.repeats})")

@@ -5,7 +5,7 @@ modules' `from __future__ import annotations` would turn into strings.
 """
 import taichi as ti
 
-from engine.kernels.bvh import _cylinder_distance2, _triangle_bound
+from engine.kernels.bvh_query import _cylinder_distance2, _triangle_bound
 
 
 @ti.kernel

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.bvh import (SORT_MIN, QueryBuffers, TriangleBVH, leaf_starts, run_closest_point, sample_queries,
-                        tree_depth)
 from engine.errors import UserError
 from engine.meshgen import icosphere
 from engine.mesh_io import load_mesh
+from engine.triangle_bvh import (SORT_MIN, QueryBuffers, TriangleBVH, leaf_starts, run_closest_point,
+                                 sample_queries, tree_depth)
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 REAL = ("spot", "blub", "penguin")
@@ -134,7 +134,7 @@ def _slab_cylinder_holds(points: np.ndarray, bound: np.ndarray) -> bool:
 def assert_bounds_hold(bvh: TriangleBVH) -> None:
     """Every node's record is its children's bounds; every bound holds all the corners below it;
     every slot's disc holds its triangle's corners and empty slots are never near."""
-    from engine.kernels.bvh import BOUND_WIDTH
+    from engine.kernels.bvh_query import BOUND_WIDTH
 
     nodes = bvh.nodes.to_numpy().reshape(-1, BOUND_WIDTH, 4)
     bounds = bvh.node_bound.to_numpy().astype(np.float64)
@@ -361,7 +361,7 @@ def test_distances_match_an_independent_float64_oracle(ti_cpu):
 
 
 def test_morton_order_is_the_z_curve():
-    from engine.bvh import morton_order
+    from engine.triangle_bvh import morton_order
 
     corners = np.array([(x, y, z) for z in (0, 1) for y in (0, 1) for x in (0, 1)], dtype=float)[::-1]
     ordered = corners[morton_order(corners, bits=1)]

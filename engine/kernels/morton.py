@@ -8,7 +8,7 @@ one after another, so the tree stays in cache: 1.8-2.7x less CPU per query for b
 2. `merge_boxes`: the blocks' boxes into one (serial: BOX_BLOCKS of them);
 3. `count_buckets`: each point's bucket (the top BUCKET_BITS bits of its Morton code over
    that box), counted with integer atomics (exact);
-4. an exclusive scan of the counts (engine.kernels.chamfer.exclusive_scan);
+4. an exclusive scan of the counts (engine.kernels.chamfer_terms.exclusive_scan);
 5. `scatter`: perm[i] = the i-th point in bucket order.
 
 Points within a bucket land in the order the threads reach them, which varies run to run;

@@ -1,6 +1,6 @@
 """Host glue for the triangle BVH: build it, own its fields, launch refit and queries.
 
-API (device math is in `engine.kernels.bvh`, where the tree layout and its bounds are described):
+API (device math is in `engine.kernels.bvh_query`, where the tree layout and its bounds are described):
 
     bvh = TriangleBVH.build(vertices, faces)            # numpy (V, 3) float, (F, 3) int
     bvh = TriangleBVH(vertices_field, faces_field)      # existing fields (vec3 f32 (V,), vec3 i32 (F,))
@@ -36,9 +36,9 @@ import taichi as ti
 
 from engine.errors import UserError
 from engine.fields import FieldGroup
-from engine.kernels import bvh as kernels
+from engine.kernels import bvh_query as kernels
 from engine.kernels import morton
-from engine.kernels.chamfer import exclusive_scan
+from engine.kernels.chamfer_terms import exclusive_scan
 from engine.dispatch import BoundLaunch, bind
 from engine.launch import launch
 
