@@ -48,6 +48,7 @@ SORT_MIN = 256  # `query` orders batches of this many points or more (docs/RESUL
 SERIAL_MAX = 8  # batches of at most this many points are searched on the launching thread
 PARALLEL_NODES = 1024  # refit levels of fewer nodes run serially, in one launch
 PARALLEL_VERTICES = 1 << 16  # the vertex copy of smaller meshes runs serially
+SERIAL_COPY_MAX = 1024  # `query` gathers and scatters batches of at most this many points serially (RESULTS)
 
 
 _NUMBERS = (int, float)  # run-time scalar arguments of the tree's kernels (bools are template flags)
@@ -296,10 +297,11 @@ class TriangleBVH:
     def query(self, points, out_face, out_bary, out_point, out_dist2, n: int) -> None:
         """Closest point on the mesh for points[0:n], written to the out_* fields (see module docstring)."""
         batch = self._batch(n, host=False)
-        self._launch(kernels.gather_points, points, n, batch.points)
+        serial = n <= SERIAL_COPY_MAX
+        self._launch(kernels.gather_points, points, n, batch.points, serial)
         self._search(batch, n, self.counter)
         self._launch(kernels.scatter_results, batch.face, batch.bary, batch.point, batch.dist2, n, out_face, out_bary,
-                     out_point, out_dist2)
+                     out_point, out_dist2, serial)
 
     def closest_points(self, points: np.ndarray) -> dict[str, np.ndarray]:
         """Numpy in, numpy out; raises if a stack push did not fit in this call."""

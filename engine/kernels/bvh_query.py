@@ -491,8 +491,11 @@ def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n:
 
 
 @ti.kernel
-def gather_points(points: ti.template(), n: ti.i32, out: ti.types.ndarray(dtype=ti.math.vec3, ndim=1)):
-    """The first n query points of a caller's field into the query's array."""
+def gather_points(points: ti.template(), n: ti.i32, out: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
+                  serial: ti.template()):
+    """The first n query points of a caller's field into the query's array; `serial` for a small
+    batch, where waking the thread pool costs more than the copy."""
+    ti.loop_config(serialize=serial)
     for q in range(n):
         out[q] = ti.cast(points[q], ti.f32)
 
@@ -501,8 +504,9 @@ def gather_points(points: ti.template(), n: ti.i32, out: ti.types.ndarray(dtype=
 def scatter_results(face: ti.types.ndarray(dtype=ti.i32, ndim=1), bary: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
                     point: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
                     dist2: ti.types.ndarray(dtype=ti.f32, ndim=1), n: ti.i32, out_face: ti.template(),
-                    out_bary: ti.template(), out_point: ti.template(), out_dist2: ti.template()):
-    """The query's answers for the first n points into a caller's fields."""
+                    out_bary: ti.template(), out_point: ti.template(), out_dist2: ti.template(), serial: ti.template()):
+    """The query's answers for the first n points into a caller's fields (`serial`: as `gather_points`)."""
+    ti.loop_config(serialize=serial)
     for q in range(n):
         out_face[q] = face[q]
         out_bary[q] = bary[q]
