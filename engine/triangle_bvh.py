@@ -44,7 +44,7 @@ from engine.launch import launch
 
 DEFAULT_LEAF_SIZE = 24  # most faces per leaf; chosen by measurement (docs/RESULTS.md)
 MAX_FACES = 1 << 24  # face indices above this lose precision in float32 leaf bookkeeping
-SORT_MIN = 256  # `query` orders batches of this many points or more (docs/RESULTS.md)
+SORT_MIN = 2048  # `query` orders batches of this many points or more (docs/RESULTS.md, issue 12)
 SERIAL_MAX = 8  # batches of at most this many points are searched on the launching thread
 PARALLEL_NODES = 1024  # refit levels of fewer nodes run serially, in one launch
 PARALLEL_VERTICES = 1 << 16  # the vertex copy of smaller meshes runs serially
