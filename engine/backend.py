@@ -199,7 +199,10 @@ def stop() -> Backend | None:
     global _current
     stopped, _current = _current, None
     if stopped is not None:
+        import gc
+
         import taichi as ti
 
+        gc.collect()  # unreachable ndarrays are deleted by their own program (see below)
         ti.reset()
     return stopped
