@@ -192,8 +192,11 @@ class Tape:
         """Check `kernel(*args)` for hazards, run it, and append it (called by `launch`)."""
         label = f"launch #{len(self.entries)} '{name}'"
         reads, writes = _launch_accesses(kernel, args, label)
-        self._check_writes(label, reads, writes)
-        entry = TapeEntry(name, kernel, args, adjoint=adjoint_of(kernel))
+        adjoint = adjoint_of(kernel)
+        # a declared adjoint reads what its author wrote it to read: scratch the forward itself
+        # writes and reads back (a two-pass reduction's block sums) is no hazard for it
+        self._check_writes(label, reads, writes, itself=adjoint is None)
+        entry = TapeEntry(name, kernel, args, adjoint=adjoint)
         entry.forward_s = self._timed(dispatch, kernel, args)  # a launch Taichi rejects leaves no trace
         for buffer, path in reads:
             self._readers.setdefault(id(buffer), f"{label} (argument '{path}')")
@@ -205,9 +208,11 @@ class Tape:
                 self._touched[id(arg)] = arg
         self.entries.append(entry)
 
-    def _check_writes(self, label: str, reads: list[tuple[Any, str]], writes: list[tuple[Any, str, bool]]) -> None:
-        """Hazards (1) overwrite after read and (2) a second plain store; see the module docstring."""
-        read_here = {path for _, path in reads}
+    def _check_writes(self, label: str, reads: list[tuple[Any, str]], writes: list[tuple[Any, str, bool]],
+                      itself: bool = True) -> None:
+        """Hazards (1) overwrite after read (by an earlier launch, or with `itself` by this one) and (2) a second
+        plain store; see the module docstring."""
+        read_here = {path for _, path in reads} if itself else set()
         for buffer, path, accumulate in writes:
             reader = self._readers.get(id(buffer)) or (f"{label} itself" if path in read_here else None)
             if reader:

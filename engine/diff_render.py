@@ -1,0 +1,251 @@
+"""The differentiable render of the robot-arm scene: image(theta), an image loss, d loss / d theta.
+
+    from engine.diff_render import DiffRenderer
+    from engine.render import Camera
+    from app.scenes.robot_arm import theta_at
+
+    r = DiffRenderer(max_width=256, max_height=128)       # fields at the largest size it will render
+    r.set_view(Camera(), 256, 128)                         # any size up to the maximum: no recompile
+    r.set_theta(theta_at(0.5))
+    target = r.render()                                    # (128, 256, 3) float32, linear, tone-mapped
+    r.set_target(target)
+    r.set_theta(start)
+    loss, grad = r.loss_and_gradient()                     # float, (N_THETA,) float64 d loss / d theta
+
+Kernels: `engine.kernels.raymarch_grad` (hold, sdf_samples, shade_slots, compose; its
+docstring explains the method), `.kinematics`, `.softmin`, `.image_loss`, `.reduce`.
+One evaluation on the tape:
+
+1. custom step "render: march and hold (untaped)": `hold`, then the spatial gradients at
+   the held points (`sdf_samples` and its adjoint, untaped); no adjoint of its own: the
+   march is not differentiated, what it holds is re-evaluated below;
+2. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums);
+3. `sdf_samples` once per sample index (Taichi's adjoint); 4. `shade_slots` (Taichi's
+   adjoint: hits by a Newton step, edges and shadows by the envelope theorem);
+5. `soft_min_layers` (declared adjoint); 6. `compose`;
+7. per pyramid level: `downsample` (levels > 0), `image_loss_terms` (declared adjoint),
+   `sum_into` the loss (declared adjoint).
+
+Everything is allocated at `max_width x max_height` once, and sizes are runtime
+arguments: one compile serves every resolution (a taped shading kernel takes about a
+minute to compile per backend; Taichi compiles once per set of fields, so keep one
+renderer per process: `shared_renderer`). Losses and gradients are bit-identical run to
+run on one backend (no float atomics shared between threads anywhere).
+"""
+from __future__ import annotations
+
+import numpy as np
+import taichi as ti
+
+from engine.autodiff.tape import Tape
+from engine.errors import UserError
+from engine.fields import FieldGroup
+from engine.kernels import image_loss as il
+from engine.kernels import raymarch_grad as rg
+from engine.kernels import reduce as red
+from engine.kernels.kinematics import N_THETA
+from engine.kernels.softmin import soft_min_layers
+from engine.launch import custom, dispatch, launch
+from engine.render import Camera, camera_params, check_size
+
+MAX_LEVELS = 4  # pyramid levels allocated (level l is 2^l times coarser)
+DEFAULT_KAPPA = 8.0  # soft-minimum sharpness over a pixel's edge layers: ratios within ~1/8 pixel footprint blend
+
+
+def _no_adjoint() -> None:
+    """The march contributes no gradient of its own: shade_slots re-evaluates what it held."""
+
+
+class DiffRenderer:
+    """See the module docstring."""
+
+    def __init__(self, max_width: int = 256, max_height: int = 128):
+        check_size(max_width, max_height)
+        self.max_width, self.max_height = int(max_width), int(max_height)
+        max_px = self.max_width * self.max_height
+        max_slots = rg.N_LAYERS * max_px
+        g = self.group = FieldGroup()
+        self.theta = g.field(ti.f32, (N_THETA,), needs_grad=True)
+        self.theta_slots = g.field(ti.f32, (max_slots, N_THETA), needs_grad=True)
+        self.theta_partial = g.field(ti.f32, (-(-max_slots // red.BLOCK), N_THETA))
+        self.cam = g.field(ti.f32, (rg.N_CAM,))
+        self.active = g.field(ti.i32, (max_slots,))
+        self.held_t = g.field(ti.f32, (max_slots,))
+        self.held_mat = g.field(ti.i32, (max_slots,))
+        self.held_ao = g.field(ti.f32, (max_slots,))
+        self.held_shadow = g.field(ti.f32, (max_slots,))
+        self.points = g.vector(3, ti.f32, (max_slots, rg.N_SAMPLES), needs_grad=True)
+        self.held_grad = g.vector(3, ti.f32, (max_slots, rg.N_SAMPLES))
+        self.values = g.field(ti.f32, (max_slots, rg.N_SAMPLES), needs_grad=True)
+        self.colour = g.vector(3, ti.f32, (max_slots,), needs_grad=True)
+        self.ratio = g.field(ti.f32, (max_slots,), needs_grad=True)
+        self.soft_ratio = g.field(ti.f32, (max_px,), needs_grad=True)
+        self.soft_colour = g.vector(3, ti.f32, (max_px,), needs_grad=True)
+        self.weight = g.field(ti.f32, (max_px, rg.N_LAYERS - 1))
+        self.images, self.targets, self.weights, self.terms, self.dloss, self.partials = [], [], [], [], [], []
+        for level in range(MAX_LEVELS):
+            n = max(max_px >> (2 * level), 1)
+            self.images.append(g.vector(3, ti.f32, (n,), needs_grad=True))
+            self.targets.append(g.vector(3, ti.f32, (n,)))
+            self.weights.append(g.field(ti.f32, (n,)))
+            self.terms.append(g.field(ti.f32, (n,), needs_grad=True))
+            self.dloss.append(g.vector(3, ti.f32, (n,)))
+            self.partials.append(g.field(ti.f64, (-(-n // red.BLOCK),)))
+        self.loss = g.field(ti.f64, (), needs_grad=True)
+        g.finalize()
+        self.image = self.images[0]
+        self.tape = Tape()
+        self.width = self.height = 0
+        self.edge_px = 1.0  # soft edges span this many pixel footprints
+        self.kappa = DEFAULT_KAPPA
+        self.loss_kind = il.L2
+        self.levels = 1
+        self.has_target = False
+
+    # -- set-up ------------------------------------------------------------------------------
+    def set_view(self, camera: Camera, width: int, height: int) -> None:
+        """Camera and image size (at most the maximum this renderer was made for)."""
+        check_size(width, height)
+        if width > self.max_width or height > self.max_height:
+            raise UserError(f"{width}x{height} is larger than this renderer's {self.max_width}x{self.max_height}")
+        self.width, self.height = int(width), int(height)
+        self.cam.from_numpy(camera_params(camera, width, height).astype(np.float32))
+        self.has_target = False
+
+    def set_theta(self, theta: np.ndarray) -> None:
+        theta = np.asarray(theta, np.float64)
+        if theta.shape != (N_THETA,) or not np.all(np.isfinite(theta)):
+            raise UserError(f"scene parameters must be {N_THETA} finite numbers, got shape {theta.shape}")
+        self.theta.from_numpy(theta.astype(np.float32))
+
+    def theta_values(self) -> np.ndarray:
+        return self.theta.to_numpy().astype(np.float64)
+
+    def set_loss(self, kind: str = "l2", levels: int = 1, edge_px: float = 1.0, kappa: float = DEFAULT_KAPPA) -> None:
+        """Loss kind ("l2" or "l1"), pyramid levels (1 = full resolution only), edge width, soft-min sharpness."""
+        if kind not in il.LOSS_KINDS:
+            raise UserError(f"loss '{kind}': choose one of {', '.join(il.LOSS_KINDS)}")
+        if not 1 <= levels <= MAX_LEVELS:
+            raise UserError(f"pyramid levels {levels}: choose 1..{MAX_LEVELS}")
+        if not (0.0 < edge_px <= 8.0 and kappa > 0.0):
+            raise UserError(f"edge width {edge_px} must be in (0, 8] pixel footprints and kappa positive")
+        self.loss_kind, self.levels, self.edge_px, self.kappa = il.LOSS_KINDS[kind], int(levels), float(edge_px), kappa
+
+    def set_target(self, image: np.ndarray, weight: np.ndarray | None = None) -> None:
+        """The target image: linear RGB (height, width, 3) of the current view's size; `weight` (height,
+        width) scales each pixel's loss term (default 1: a region of interest has 1 inside, 0 outside)."""
+        image = np.asarray(image, np.float32)
+        if image.shape != (self.height, self.width, 3):
+            raise UserError(f"target image is {image.shape[1]}x{image.shape[0]} (shape {image.shape}); "
+                            f"the view is {self.width}x{self.height} RGB")
+        weight = np.ones(image.shape[:2], np.float32) if weight is None else np.asarray(weight, np.float32)
+        if weight.shape != image.shape[:2]:
+            raise UserError(f"loss weights of shape {weight.shape} for a {self.width}x{self.height} view")
+        self.targets[0].from_numpy(_padded(image.reshape(-1, 3), self.targets[0].shape[0]))
+        self.weights[0].from_numpy(_padded(weight.reshape(-1), self.weights[0].shape[0]))
+        for level in range(1, MAX_LEVELS):
+            w, h = self._level_size(level - 1)
+            launch(il.downsample, self.targets[level - 1], w, h, self.targets[level])
+            launch(il.downsample, self.weights[level - 1], w, h, self.weights[level])
+        self.has_target = True
+
+    # -- evaluation --------------------------------------------------------------------------
+    @property
+    def n_px(self) -> int:
+        return self.width * self.height
+
+    def _level_size(self, level: int) -> tuple[int, int]:
+        return max(self.width >> level, 1), max(self.height >> level, 1)
+
+    def record(self) -> None:
+        """The image, and the loss if a target is set, as launches on the active tape (or just run)."""
+        if not self.width:
+            raise RuntimeError("DiffRenderer: set_view first")
+        n_px, n_slots = self.n_px, rg.N_LAYERS * self.n_px
+        custom("render: march and hold (untaped)", self._hold, _no_adjoint, reads=[self.theta],
+               writes=[self.active, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
+                       self.held_grad])
+        launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial,
+               name="render: theta per slot")
+        self.values.fill(0.0)  # the sample launches accumulate (Taichi's own fill: not recorded)
+        for j in range(rg.N_SAMPLES):
+            launch(rg.sdf_samples, self.theta_slots, self.points, self.active, n_slots, j, self.values,
+                   name=f"render: SDF at held sample {j}")
+        launch(rg.shade_slots, self.theta_slots, self.cam, self.width, self.height, n_slots, self.active,
+               self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.held_grad,
+               self.values, self.colour, self.ratio, name="render: shade slots (Newton step, edges, shadows)")
+        launch(soft_min_layers, self.ratio, self.colour, self.active, n_px, self.kappa, self.soft_ratio,
+               self.soft_colour, self.weight, name="render: soft minimum over edge layers")
+        launch(rg.compose, self.colour, self.active, self.soft_ratio, self.soft_colour, self.cam, self.width,
+               self.height, self.edge_px, self.image, name="render: compose and tone-map")
+        if self.has_target:
+            self._record_loss()
+
+    def _hold(self) -> None:
+        """Untaped: march and hold; then the SDF's spatial gradient at every held point, exactly, from
+        the sample kernel's adjoint seeded with ones (its parameter gradient is discarded)."""
+        n_slots = rg.N_LAYERS * self.n_px
+        launch(rg.hold, self.theta, self.cam, self.width, self.height, self.edge_px, self.active, self.held_t,
+               self.held_mat, self.held_ao, self.held_shadow, self.points)
+        launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial)
+        self.values.fill(0.0)
+        for j in range(rg.N_SAMPLES):
+            launch(rg.sdf_samples, self.theta_slots, self.points, self.active, n_slots, j, self.values)
+        self.points.grad.fill(0.0)
+        launch(rg.seed_samples, self.values, n_slots)
+        for j in range(rg.N_SAMPLES):
+            dispatch(rg.sdf_samples.grad, (self.theta_slots, self.points, self.active, n_slots, j, self.values))
+        launch(rg.hold_gradients, self.points, n_slots, self.held_grad)
+        for grad in (self.theta_slots.grad, self.points.grad, self.values.grad):
+            grad.fill(0.0)
+
+    def _record_loss(self) -> None:
+        self.loss.fill(0.0)  # Taichi's own fill: neither recorded nor differentiated
+        for level in range(self.levels):
+            w, h = self._level_size(level)
+            if level > 0:
+                pw, ph = self._level_size(level - 1)
+                launch(il.downsample, self.images[level - 1], pw, ph, self.images[level], name="loss: downsample")
+            n = w * h
+            launch(il.image_loss_terms, self.images[level], self.targets[level], self.weights[level], n, self.loss_kind,
+                   self.terms[level], self.dloss[level], name=f"loss: level {level} terms")
+            launch(red.sum_into, self.terms[level], n, 1.0 / (3.0 * n * self.levels), self.partials[level],
+                   self.loss, name=f"loss: level {level} sum")
+
+    def render(self) -> np.ndarray:
+        """The image at the current theta, linear RGB (height, width, 3) float32 (no tape)."""
+        has_target, self.has_target = self.has_target, False
+        try:
+            self.record()
+        finally:
+            self.has_target = has_target
+        return self.image_numpy()
+
+    def image_numpy(self) -> np.ndarray:
+        return self.image.to_numpy()[:self.n_px].reshape(self.height, self.width, 3)
+
+    def loss_and_gradient(self) -> tuple[float, np.ndarray]:
+        """Loss against the target at the current theta, and d loss / d theta (float64 copy of the f32 gradient)."""
+        if not self.has_target:
+            raise RuntimeError("DiffRenderer: set_target first")
+        self.tape.reset()
+        with self.tape:
+            self.record()
+        self.tape.backward(self.loss)
+        return float(self.loss[None]), self.theta.grad.to_numpy().astype(np.float64)
+
+    def loss_value(self) -> float:
+        """The loss at the current theta, no gradient."""
+        if not self.has_target:
+            raise RuntimeError("DiffRenderer: set_target first")
+        self.record()
+        return float(self.loss[None])
+
+    def destroy(self) -> None:
+        self.group.destroy()
+
+
+def _padded(values: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros((n, *values.shape[1:]), np.float32)
+    out[:len(values)] = values
+    return out
