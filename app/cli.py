@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, str] = {  # name -> "module:function" taking argv, return
     "bench": "app.bench:main",
     "render": "app.scenes.render_cli:main",
     "fit": "app.scenes.shape_fit:main",
+    "invert": "app.scenes.invert:main",
 }
 
 

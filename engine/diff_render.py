@@ -245,6 +245,21 @@ class DiffRenderer:
         self.group.destroy()
 
 
+_shared: dict[tuple[int, int], DiffRenderer] = {}
+
+
+def shared_renderer(max_width: int = 256, max_height: int = 128) -> DiffRenderer:
+    """This process's renderer of that maximum size, made on first use and kept.
+
+    Taichi compiles each kernel once per set of fields, so a second renderer would compile
+    every kernel again (minutes for the taped ones): callers share one. Its view, theta,
+    target and loss settings are whatever the last caller set."""
+    key = (int(max_width), int(max_height))
+    if key not in _shared:
+        _shared[key] = DiffRenderer(*key)
+    return _shared[key]
+
+
 def _padded(values: np.ndarray, n: int) -> np.ndarray:
     out = np.zeros((n, *values.shape[1:]), np.float32)
     out[:len(values)] = values

@@ -48,6 +48,8 @@ UNITS = {"joints": "deg", "gripper": "m", "letter": "units", "letter_angles": "d
 DEFAULT_PERTURB: dict[str, float] = {"joints": 20.0, "gripper": 0.03, "letter": 0.2, "letter_angles": 10.0,
                                      "albedo": 0.3, "sun": 15.0}
 ALBEDO_RANGE = (0.02, 1.0)
+GRIP_RANGE = (0.02, 0.3)  # a finger's offset from the tool axis: closed on nothing .. wide open
+SUN_ELEVATION_RANGE = (0.05, 1.5)  # radians: the sun stays above the horizon
 
 assert len(NAMES) == kin.N_THETA
 
@@ -104,6 +106,39 @@ def group_errors(theta: np.ndarray, truth: np.ndarray) -> dict[str, float]:
             err = err / np.abs(truth[part])
         out[name] = float(err.max())
     return out
+
+
+def limits() -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds per component (float32): optimisers clamp theta into them after each step."""
+    lo = np.full(kin.N_THETA, -1e6, np.float32)
+    hi = np.full(kin.N_THETA, 1e6, np.float32)
+    lo[kin.T_GRIP], hi[kin.T_GRIP] = GRIP_RANGE
+    lo[GROUPS["albedo"]], hi[GROUPS["albedo"]] = ALBEDO_RANGE
+    lo[kin.T_SUN_ELEVATION], hi[kin.T_SUN_ELEVATION] = SUN_ELEVATION_RANGE
+    return lo, hi
+
+
+def parse_settings(text: str) -> dict[int, float]:
+    """'yaw=10,tile_x=-0.9' -> {index: value in internal units} (angles given in degrees)."""
+    out: dict[int, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        if name not in NAMES:
+            raise UserError(f"--set '{item}': unknown parameter '{name}' (parameters: {', '.join(NAMES)})")
+        try:
+            number = float(value)
+        except ValueError:
+            raise UserError(f"--set '{item}': expected NAME=NUMBER, e.g. yaw=10") from None
+        if not math.isfinite(number):
+            raise UserError(f"--set '{item}': the value must be finite")
+        index = NAMES.index(name)
+        out[index] = math.radians(number) if group_of(index) in ANGLE_GROUPS else number
+    return out
+
+
+def display(index: int, value: float) -> float:
+    """A component in display units: degrees for angles, else as stored."""
+    return math.degrees(value) if group_of(index) in ANGLE_GROUPS else float(value)
 
 
 def mask(groups: list[str] | tuple[str, ...]) -> np.ndarray:

@@ -45,13 +45,18 @@ def _validate(args: argparse.Namespace) -> Camera:
         raise UserError(f"--t {args.t} is outside the timeline: choose 0..1")
     if args.frames < 0 or args.frames > MAX_FRAMES:
         raise UserError(f"--frames {args.frames} is out of range: choose 0..{MAX_FRAMES}")
-    if not 0.5 <= args.distance <= 100.0:
-        raise UserError(f"--distance {args.distance} is out of range: choose 0.5..100 metres")
-    if not -89.0 <= args.elevation <= 89.0:
-        raise UserError(f"--elevation {args.elevation} is out of range: choose -89..89 degrees")
     if args.fps <= 0:
         raise UserError(f"--fps {args.fps} must be positive")
-    return Camera(azimuth=args.azimuth, elevation=args.elevation, distance=args.distance)
+    return check_camera(args.azimuth, args.elevation, args.distance)
+
+
+def check_camera(azimuth: float, elevation: float, distance: float) -> Camera:
+    """The orbit camera of the --azimuth/--elevation/--distance flags; UserError naming a flag out of range."""
+    if not 0.5 <= distance <= 100.0:
+        raise UserError(f"--distance {distance} is out of range: choose 0.5..100 metres")
+    if not -89.0 <= elevation <= 89.0:
+        raise UserError(f"--elevation {elevation} is out of range: choose -89..89 degrees")
+    return Camera(azimuth=azimuth, elevation=elevation, distance=distance)
 
 
 def _write_aovs(renderer: Renderer, out: Path) -> None:

@@ -106,3 +106,17 @@ def kinematics(theta: ti.template(), prm: ti.template()):
             prm[P_SUN + j] = s.sun[j]
             for k in ti.static(range(3)):
                 prm[P_TILE_ROT + 3 * j + k] = s.tile_rot[j, k]
+
+
+@ti.kernel
+def mask_gradient(theta: ti.template(), mask: ti.template()):
+    """theta.grad *= mask: frozen components (mask 0) take no optimiser step."""
+    for j in range(N_THETA):
+        theta.grad[j] *= mask[j]
+
+
+@ti.kernel
+def clamp_theta(theta: ti.template(), lo: ti.template(), hi: ti.template()):
+    """theta clamped into [lo, hi] component by component (projected steps: joint and material limits)."""
+    for j in range(N_THETA):
+        theta[j] = ti.math.clamp(theta[j], lo[j], hi[j])
