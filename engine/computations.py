@@ -20,6 +20,7 @@ REGISTRY: dict[str, str] = {
     "closest_point": "engine.bvh:run_closest_point",
     "bvh_refit_vs_rebuild": "engine.bvh:run_refit_vs_rebuild",
     "fit_gradient_at": "app.scenes.shape_fit:fit_gradient_at",
+    "render_gradient": "engine.diff_render:run_render_gradient",
 }
 
 

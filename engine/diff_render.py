@@ -264,3 +264,100 @@ def _padded(values: np.ndarray, n: int) -> np.ndarray:
     out = np.zeros((n, *values.shape[1:]), np.float32)
     out[:len(values)] = values
     return out
+
+
+# ---- checks: masks of where the image is smooth in theta, finite differences, the parity computation ----
+
+FD_STEPS = {"angle": 1e-3, "position": 1e-3, "albedo": 1e-2}  # central-difference steps per kind of component
+CREASE_COS = 0.94  # neighbouring normals closer than ~20 degrees: no crease between them
+MIN_FACING = 0.2  # |normal . ray| above this: not a grazing hit
+
+
+def held_layers(r: DiffRenderer) -> dict[str, np.ndarray]:
+    """The last evaluation's held slots as (N_LAYERS, height, width) arrays: active, material, ao, normal (... 3)."""
+    n = r.n_px
+    shape = (rg.N_LAYERS, r.height, r.width)
+    grad = r.held_grad.to_numpy()[:rg.N_LAYERS * n, rg.S_POINT].reshape(*shape, 3)
+    normal = grad / np.maximum(np.linalg.norm(grad, axis=-1, keepdims=True), 1e-12)
+    return {"active": r.active.to_numpy()[:rg.N_LAYERS * n].reshape(shape) != 0,
+            "material": r.held_mat.to_numpy()[:rg.N_LAYERS * n].reshape(shape),
+            "ao": r.held_ao.to_numpy()[:rg.N_LAYERS * n].reshape(shape), "normal": normal}
+
+
+def _neighbours(a: np.ndarray) -> list[np.ndarray]:
+    """a shifted by each of the 8 neighbour offsets (edge-padded), for per-pixel neighbourhood tests."""
+    p = np.pad(a, [(1, 1), (1, 1)] + [(0, 0)] * (a.ndim - 2), mode="edge")
+    h, w = a.shape[:2]
+    return [p[1 + dy:1 + dy + h, 1 + dx:1 + dx + w] for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx]
+
+
+def view_rays(r: DiffRenderer) -> np.ndarray:
+    """Unit ray direction of every pixel of the current view (height, width, 3), as `raymarch.primary_ray`."""
+    cam = r.cam.to_numpy().astype(np.float64)
+    u = (np.arange(r.width) + 0.5) / r.width * 2.0 - 1.0
+    v = 1.0 - (np.arange(r.height) + 0.5) / r.height * 2.0
+    rays = cam[9:12] + cam[3:6] * u[None, :, None] + cam[6:9] * v[:, None, None]
+    return rays / np.linalg.norm(rays, axis=-1, keepdims=True)
+
+
+def smooth_mask(r: DiffRenderer) -> np.ndarray:
+    """Pixels where the image is smooth in theta at the last evaluation (bool (height, width)).
+
+    A hit with no silhouette at or beside it, the same material as its 8 neighbours and no crease
+    between them (normals within ~20 degrees), not grazing, and no ambient occlusion (held constant,
+    so its variation is not in the gradient). Material seams (a letter on its tile), creases (a box's
+    edges) and silhouettes change a pixel discontinuously or carry no implicit gradient."""
+    layers = held_layers(r)
+    hit, mat, normal = layers["active"][0], layers["material"][0], layers["normal"][0]
+    edge = layers["active"][1:].any(axis=0)
+    ok = hit & (layers["ao"][0] >= 0.9999)
+    for e, m, n in zip(_neighbours(edge), _neighbours(mat), _neighbours(normal)):
+        ok &= ~e & (m == mat) & ((n * normal).sum(-1) > CREASE_COS)
+    ok &= np.abs((normal * view_rays(r)).sum(-1)) > MIN_FACING
+    return ok & ~edge
+
+
+def edge_mask(r: DiffRenderer) -> np.ndarray:
+    """Pixels whose colour has a silhouette (edge layer) in it (bool (height, width))."""
+    return held_layers(r)["active"][1:].any(axis=0)
+
+
+def fd_step(index: int) -> float:
+    from engine.scene_theta import GROUPS, group_of
+
+    group = group_of(index)
+    return FD_STEPS["albedo"] if group == "albedo" else FD_STEPS["position"] if group in ("gripper", "letter") \
+        else FD_STEPS["angle"]
+
+
+def finite_difference(r: DiffRenderer, components: list[int] | None = None) -> np.ndarray:
+    """Central differences of the loss in theta, float64, with each step taken as the float32 values actually set."""
+    base = r.theta_values()
+    out = np.zeros(N_THETA)
+    for i in range(N_THETA) if components is None else components:
+        plus, minus = base.copy(), base.copy()
+        plus[i] += fd_step(i)
+        minus[i] -= fd_step(i)
+        plus32, minus32 = plus.astype(np.float32), minus.astype(np.float32)
+        r.set_theta(plus32)
+        high = r.loss_value()
+        r.set_theta(minus32)
+        low = r.loss_value()
+        out[i] = (high - low) / (float(plus32[i]) - float(minus32[i]))
+    r.set_theta(base)
+    return out
+
+
+def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarray, width: int, height: int,
+                        azimuth: float = Camera.azimuth, elevation: float = Camera.elevation,
+                        distance: float = Camera.distance, max_width: int = 512, max_height: int = 256) -> dict:
+    """The parity computation "render_gradient": loss and d loss / d theta of the shared renderer on this backend
+    for the given theta, target image (linear (height, width, 3)) and per-pixel loss weights, 1-pixel silhouettes."""
+    r = shared_renderer(max_width, max_height)
+    r.set_view(Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance)), int(width),
+               int(height))
+    r.set_loss("l2", 1, 1.0)
+    r.set_theta(theta)
+    r.set_target(target, weight)
+    loss, grad = r.loss_and_gradient()
+    return {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy()}
