@@ -21,6 +21,10 @@ REGISTRY: dict[str, str] = {
     "bvh_refit_vs_rebuild": "engine.bvh:run_refit_vs_rebuild",
     "fit_gradient_at": "app.scenes.shape_fit:fit_gradient_at",
     "render_gradient": "engine.diff_render:run_render_gradient",
+    "render_gradcheck": "engine.diff_render:run_render_gradcheck",
+    "adjoint_checks": "engine.adjoint_checks:run_adjoint_checks",
+    "soft_min_stability": "engine.adjoint_checks:run_soft_min_stability",
+    "kinematics_check": "engine.adjoint_checks:run_kinematics_check",
 }
 
 

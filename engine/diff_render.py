@@ -268,18 +268,22 @@ def _padded(values: np.ndarray, n: int) -> np.ndarray:
 
 # ---- checks: masks of where the image is smooth in theta, finite differences, the parity computation ----
 
-FD_STEPS = {"angle": 1e-3, "position": 1e-3, "albedo": 1e-2}  # central-difference steps per kind of component
+FD_STEPS = {"angle": 1e-3, "position": 1e-3, "albedo": 1e-3}  # central-difference steps per kind of component
 CREASE_COS = 0.94  # neighbouring normals closer than ~20 degrees: no crease between them
 MIN_FACING = 0.2  # |normal . ray| above this: not a grazing hit
 
 
 def held_layers(r: DiffRenderer) -> dict[str, np.ndarray]:
-    """The last evaluation's held slots as (N_LAYERS, height, width) arrays: active, material, ao, normal (... 3)."""
+    """The last evaluation's held slots as (N_LAYERS, height, width) arrays: active, covering (an edge layer
+    whose ratio is inside the edge width, so it covers part of its pixel), material, ao, normal (... 3)."""
     n = r.n_px
     shape = (rg.N_LAYERS, r.height, r.width)
     grad = r.held_grad.to_numpy()[:rg.N_LAYERS * n, rg.S_POINT].reshape(*shape, 3)
     normal = grad / np.maximum(np.linalg.norm(grad, axis=-1, keepdims=True), 1e-12)
-    return {"active": r.active.to_numpy()[:rg.N_LAYERS * n].reshape(shape) != 0,
+    active = r.active.to_numpy()[:rg.N_LAYERS * n].reshape(shape) != 0
+    covering = active & (r.ratio.to_numpy()[:rg.N_LAYERS * n].reshape(shape) < r.edge_px)
+    covering[0] = False
+    return {"active": active, "covering": covering,
             "material": r.held_mat.to_numpy()[:rg.N_LAYERS * n].reshape(shape),
             "ao": r.held_ao.to_numpy()[:rg.N_LAYERS * n].reshape(shape), "normal": normal}
 
@@ -309,7 +313,7 @@ def smooth_mask(r: DiffRenderer) -> np.ndarray:
     edges) and silhouettes change a pixel discontinuously or carry no implicit gradient."""
     layers = held_layers(r)
     hit, mat, normal = layers["active"][0], layers["material"][0], layers["normal"][0]
-    edge = layers["active"][1:].any(axis=0)
+    edge = layers["covering"].any(axis=0)
     ok = hit & (layers["ao"][0] >= 0.9999)
     for e, m, n in zip(_neighbours(edge), _neighbours(mat), _neighbours(normal)):
         ok &= ~e & (m == mat) & ((n * normal).sum(-1) > CREASE_COS)
@@ -318,8 +322,8 @@ def smooth_mask(r: DiffRenderer) -> np.ndarray:
 
 
 def edge_mask(r: DiffRenderer) -> np.ndarray:
-    """Pixels whose colour has a silhouette (edge layer) in it (bool (height, width))."""
-    return held_layers(r)["active"][1:].any(axis=0)
+    """Pixels whose colour has a silhouette (an edge layer covering part of it) in it (bool (height, width))."""
+    return held_layers(r)["covering"].any(axis=0)
 
 
 def fd_step(index: int) -> float:
@@ -330,20 +334,31 @@ def fd_step(index: int) -> float:
         else FD_STEPS["angle"]
 
 
+FD_SCALES = (1.0 / 3.0, 1.0, 3.0)
+
+
 def finite_difference(r: DiffRenderer, components: list[int] | None = None) -> np.ndarray:
-    """Central differences of the loss in theta, float64, with each step taken as the float32 values actually set."""
+    """Central differences of the loss in theta, in float64, each step taken as the float32 values actually set.
+
+    The renderer holds a few discrete choices (which march step brackets a closest approach, a bound
+    or a surface at a shadow sample) that can flip inside a step and put a small jump into one
+    difference; the estimate is the median of the central differences at h/3, h and 3h (FD_SCALES),
+    which a jump in one of them does not move."""
     base = r.theta_values()
     out = np.zeros(N_THETA)
     for i in range(N_THETA) if components is None else components:
-        plus, minus = base.copy(), base.copy()
-        plus[i] += fd_step(i)
-        minus[i] -= fd_step(i)
-        plus32, minus32 = plus.astype(np.float32), minus.astype(np.float32)
-        r.set_theta(plus32)
-        high = r.loss_value()
-        r.set_theta(minus32)
-        low = r.loss_value()
-        out[i] = (high - low) / (float(plus32[i]) - float(minus32[i]))
+        estimates = []
+        for scale in FD_SCALES:
+            plus, minus = base.copy(), base.copy()
+            plus[i] += fd_step(i) * scale
+            minus[i] -= fd_step(i) * scale
+            plus32, minus32 = plus.astype(np.float32), minus.astype(np.float32)
+            r.set_theta(plus32)
+            high = r.loss_value()
+            r.set_theta(minus32)
+            low = r.loss_value()
+            estimates.append((high - low) / (float(plus32[i]) - float(minus32[i])))
+        out[i] = float(np.median(estimates))
     r.set_theta(base)
     return out
 
@@ -361,3 +376,22 @@ def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarra
     r.set_target(target, weight)
     loss, grad = r.loss_and_gradient()
     return {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy()}
+
+
+def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, height: int,
+                         components: np.ndarray, max_width: int = 512, max_height: int = 256) -> dict:
+    """The parity computation "render_gradcheck": on this backend, render the target at `t_theta`, then at
+    `theta` the taped gradient of the loss over the smooth pixels (`smooth_mask`) and central differences
+    of the whole renderer for the given components."""
+    r = shared_renderer(max_width, max_height)
+    r.set_view(Camera(), int(width), int(height))
+    r.set_loss("l2", 1, 1.0)
+    r.set_theta(t_theta)
+    target = r.render()
+    r.set_theta(theta)
+    r.render()
+    mask = smooth_mask(r)
+    r.set_target(target, mask.astype(np.float32))
+    _, grad = r.loss_and_gradient()
+    numeric = finite_difference(r, [int(i) for i in components])
+    return {"grad": grad[components], "fd": numeric[components], "pixels": np.int64(mask.sum())}

@@ -67,6 +67,10 @@ SHADOW_START = 0.015  # the shadow ray starts this far from its origin (p + 0.00
 SHADOW_OFFSET = 0.002
 MIN_GRAZING = 0.05  # |n . d| of the Newton step is held at least this (grazing hits: dt/dtheta ~ 1 / (n . d))
 FAR_RATIO = 1e9  # objective value of a bound's distance (not a surface) in closest-approach searches
+# A closest approach is refined (and held) when the best march step comes within this factor of the
+# threshold that matters (edge width, full penumbra): the refined minimum lies below the best step, so
+# deciding on the step alone would switch an edge or a shadow on abruptly as theta moves.
+REFINE_MARGIN = 2.0
 
 
 @ti.func
@@ -146,7 +150,7 @@ def shadow_closest(ro: vec3, rd: vec3, s: Scene) -> ti.f32:
     if pending:
         best_hi = t
     out = 0.0
-    if PENUMBRA * best < 1.0:
+    if PENUMBRA * best < REFINE_MARGIN:  # the refined minimum can be lower than the best step: refine near misses too
         out = golden_closest(ro, rd, 1.0, 0.0, best_lo, best_hi, s)
     return out
 
@@ -178,7 +182,7 @@ def hold(theta: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32
                 edge = m.edge0
                 if layer == 2:
                     edge = m.edge1
-                on = edge.x < edge_px
+                on = edge.x < edge_px * REFINE_MARGIN  # (see REFINE_MARGIN)
                 if on:
                     t = golden_closest(ro, rd, pixel, 1e-6, edge.y, edge.z, s)
             active[slot] = 1 if on else 0
