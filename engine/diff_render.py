@@ -42,6 +42,7 @@ from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.kernels import image_loss as il
 from engine.kernels import raymarch_grad as rg
+from engine.kernels import raymarch as rg_materials
 from engine.kernels import reduce as red
 from engine.kernels.kinematics import N_THETA
 from engine.kernels.softmin import soft_min_layers
@@ -379,12 +380,14 @@ def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarra
 
 
 def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, height: int,
-                         components: np.ndarray, max_width: int = 512, max_height: int = 256) -> dict:
+                         components: np.ndarray, azimuth: float = Camera.azimuth, elevation: float = Camera.elevation,
+                         distance: float = Camera.distance, max_width: int = 512, max_height: int = 256) -> dict:
     """The parity computation "render_gradcheck": on this backend, render the target at `t_theta`, then at
     `theta` the taped gradient of the loss over the smooth pixels (`smooth_mask`) and central differences
-    of the whole renderer for the given components."""
+    of the whole renderer for the given components; `arm_pixels` counts smooth pixels on the arm."""
     r = shared_renderer(max_width, max_height)
-    r.set_view(Camera(), int(width), int(height))
+    r.set_view(Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance)), int(width),
+               int(height))
     r.set_loss("l2", 1, 1.0)
     r.set_theta(t_theta)
     target = r.render()
@@ -394,4 +397,6 @@ def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, hei
     r.set_target(target, mask.astype(np.float32))
     _, grad = r.loss_and_gradient()
     numeric = finite_difference(r, [int(i) for i in components])
-    return {"grad": grad[components], "fd": numeric[components], "pixels": np.int64(mask.sum())}
+    arm = np.isin(held_layers(r)["material"][0], [rg_materials.M_PAINT, rg_materials.M_JOINT, rg_materials.M_STEEL])
+    return {"grad": grad[components], "fd": numeric[components], "pixels": np.int64(mask.sum()),
+            "arm_pixels": np.int64((mask & arm).sum())}

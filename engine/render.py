@@ -77,7 +77,12 @@ def camera_params(camera: Camera, width: int, height: int) -> np.ndarray:
 
 
 def pack(scene: SceneParams, camera: Camera, width: int, height: int) -> np.ndarray:
-    """The kernel's parameter array for one frame (layout `engine.kernels.raymarch.P_*`)."""
+    """The kernel's parameter array for one frame (layout `engine.kernels.raymarch.P_*`), float32."""
+    return pack64(scene, camera, width, height).astype(np.float32)
+
+
+def pack64(scene: SceneParams, camera: Camera, width: int, height: int) -> np.ndarray:
+    """`pack` before its rounding to float32 (float64 (N_PARAMS,)): the host reference of the device kinematics."""
     prm = np.zeros(rk.N_PARAMS, np.float64)
     cam = camera_params(camera, width, height)
     prm[rk.P_CAM_POS:rk.P_CAM_FWD + 3] = cam[:12]
@@ -92,7 +97,7 @@ def pack(scene: SceneParams, camera: Camera, width: int, height: int) -> np.ndar
     prm[rk.P_TILE_ROT:rk.P_TILE_ROT + 9] = np.asarray(scene.tile_rot).T.reshape(9)  # world -> tile
     prm[rk.P_ALBEDO:rk.P_ALBEDO + 9] = np.asarray(scene.albedos, np.float64).reshape(9)
     prm[rk.P_SUN:rk.P_SUN + 3] = scene.sun
-    return prm.astype(np.float32)
+    return prm
 
 
 def check_size(width: int, height: int, budget_bytes: int | None = None) -> None:

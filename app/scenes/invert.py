@@ -216,6 +216,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr})")
     p.add_argument("--loss", choices=("l2", "l1"), default=d.loss, help="image loss (default l2)")
     p.add_argument("--levels", type=int, default=d.levels, help=f"image pyramid levels 1..4 (default {d.levels})")
+    p.add_argument("--edge-start", type=float, default=d.edge_start,
+                   help=f"silhouette width in pixel footprints at the start, narrowing to 1 (default {d.edge_start:g})")
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--height", type=int, default=128)
     p.add_argument("--azimuth", type=float, default=cam.azimuth, help="camera, degrees (as `render`)")
@@ -239,6 +241,8 @@ def _validate(args: argparse.Namespace) -> tuple[dict[str, float], dict[int, flo
         raise UserError(f"--lr must be a positive number, got {args.lr}")
     if not 1 <= args.levels <= 4:
         raise UserError(f"--levels {args.levels}: choose 1..4")
+    if not 1.0 <= args.edge_start <= 4.0:
+        raise UserError(f"--edge-start {args.edge_start}: choose 1..4 pixel footprints")
     if args.target_image is not None and args.set:
         raise UserError("--set changes a rendered target; it cannot change --target-image")
     camera = check_camera(args.azimuth, args.elevation, args.distance)
@@ -271,7 +275,8 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     target = target_png if target_png is not None else render_target(truth, args.width, args.height, camera)
     start = scene_theta.perturb(truth, perturb, args.seed)
-    settings = InvertSettings(iterations=args.iters, lr=args.lr, loss=args.loss, levels=args.levels, groups=groups)
+    settings = InvertSettings(iterations=args.iters, lr=args.lr, loss=args.loss, levels=args.levels,
+                              edge_start=args.edge_start, groups=groups)
     inv = InverseRender(target, start, truth, args.width, args.height, camera, settings)
     out = Path(args.out)
     start_loss = inv.image_loss(start)
