@@ -16,11 +16,12 @@ Kernels: `engine.kernels.raymarch_grad` (hold, sdf_samples, shade_slots, compose
 docstring explains the method), `.kinematics`, `.softmin`, `.image_loss`, `.reduce`.
 One evaluation on the tape:
 
-1. custom step "render: march and hold (untaped)": `hold`, then the spatial gradients at
-   the held points (`sdf_samples` and its adjoint, untaped); no adjoint of its own: the
-   march is not differentiated, what it holds is re-evaluated below;
+1. custom step "render: march and hold (untaped)": `hold`, the SDF at the held points
+   (`sdf_samples`) and its spatial gradients there (their adjoint, untaped); no adjoint of
+   its own: the march is not differentiated, what it holds is re-evaluated below;
 2. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums);
-3. `sdf_samples` once per sample index (Taichi's adjoint); 4. `shade_slots` (Taichi's
+3. custom step "render: SDF at the held points": the values of 1. at these rows, with the
+   samples' adjoint (Taichi's `sdf_samples.grad`) as its backward; 4. `shade_slots` (Taichi's
    adjoint: hits by a Newton step, edges and shadows by the envelope theorem);
 5. `soft_min_layers` (declared adjoint); 6. `compose`;
 7. per pyramid level: `downsample` (levels > 0), `image_loss_terms` (declared adjoint),
@@ -55,6 +56,10 @@ DEFAULT_KAPPA = 8.0  # soft-minimum sharpness over a pixel's edge layers: ratios
 
 def _no_adjoint() -> None:
     """The march contributes no gradient of its own: shade_slots re-evaluates what it held."""
+
+
+def _already_evaluated() -> None:
+    """The samples' values at this theta are those the hold step computed (same rows, same points)."""
 
 
 class DiffRenderer:
@@ -168,10 +173,8 @@ class DiffRenderer:
                        self.held_grad])
         launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial,
                name="render: theta per slot")
-        self.values.fill(0.0)  # the sample launches accumulate (Taichi's own fill: not recorded)
-        for j in range(rg.N_SAMPLES):
-            launch(rg.sdf_samples, self.theta_slots, self.points, self.active, n_slots, j, self.values,
-                   name=f"render: SDF at held sample {j}")
+        custom("render: SDF at the held points", _already_evaluated, self._samples_adjoint,
+               reads=[self.theta_slots, self.points], writes=[self.values])
         launch(rg.shade_slots, self.theta_slots, self.cam, self.width, self.height, n_slots, self.active,
                self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.held_grad,
                self.values, self.colour, self.ratio, name="render: shade slots (Newton step, edges, shadows)")
@@ -191,14 +194,21 @@ class DiffRenderer:
         launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial)
         self.values.fill(0.0)
         for j in range(rg.N_SAMPLES):
-            launch(rg.sdf_samples, self.theta_slots, self.points, self.active, n_slots, j, self.values)
+            launch(rg.sdf_samples, *self._sample_args(j))
         self.points.grad.fill(0.0)
         launch(rg.seed_samples, self.values, n_slots)
-        for j in range(rg.N_SAMPLES):
-            dispatch(rg.sdf_samples.grad, (self.theta_slots, self.points, self.active, n_slots, j, self.values))
+        self._samples_adjoint()
         launch(rg.hold_gradients, self.points, n_slots, self.held_grad)
         for grad in (self.theta_slots.grad, self.points.grad, self.values.grad):
             grad.fill(0.0)
+
+    def _sample_args(self, j: int) -> tuple:
+        return (self.theta_slots, self.points, self.active, self.held_shadow, rg.N_LAYERS * self.n_px, j, self.values)
+
+    def _samples_adjoint(self) -> None:
+        """Taichi's adjoint of every sample launch: theta_slots.grad and points.grad from values.grad."""
+        for j in range(rg.N_SAMPLES):
+            dispatch(rg.sdf_samples.grad, self._sample_args(j))
 
     def _record_loss(self) -> None:
         self.loss.fill(0.0)  # Taichi's own fill: neither recorded nor differentiated

@@ -48,7 +48,7 @@ UNITS = {"joints": "deg", "gripper": "m", "letter": "units", "letter_angles": "d
 DEFAULT_PERTURB: dict[str, float] = {"joints": 20.0, "gripper": 0.03, "letter": 0.2, "letter_angles": 10.0,
                                      "albedo": 0.3, "sun": 15.0}
 ALBEDO_RANGE = (0.02, 1.0)
-GRIP_RANGE = (0.02, 0.3)  # a finger's offset from the tool axis: closed on nothing .. wide open
+GRIP_RANGE = (0.15, 0.28)  # a finger's offset from the tool axis: the gripper closed on a tile .. fully open
 SUN_ELEVATION_RANGE = (0.05, 1.5)  # radians: the sun stays above the horizon
 
 assert len(NAMES) == kin.N_THETA

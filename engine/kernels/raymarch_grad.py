@@ -16,10 +16,11 @@ Scene), in kernels of which only one evaluates the SDF under the tape:
    holds N_SAMPLES sample points: the shaded point p0, the four normal taps around it,
    and the shadow ray's closest approach to an occluder q (golden-section refined), plus
    the material, the ambient occlusion and the shadow ray's parameter.
-2. `sdf_samples` (taped, launched once per sample index j) evaluates the scene SDF at the
-   held points as a function of theta: the one differentiated SDF call site. Its adjoint,
-   run once untaped with unit seeds, also gives the exact spatial gradient at every held
-   point (`hold_gradients`).
+2. `sdf_samples` (launched once per sample index j) evaluates the scene SDF at the held
+   points as a function of theta: the one differentiated SDF call site. Run untaped, its
+   values serve the taped pass too, and its adjoint with unit seeds gives the exact spatial
+   gradient at every held point (`hold_gradients`); on the tape it is a custom step whose
+   backward is that adjoint (Taichi's), seeded by shade_slots'.
 3. `shade_slots` (taped, no SDF) moves the held points with theta to first order, using
    those held spatial gradients: the hit by one Newton step t' = t - f(p0) / (grad f . d)
    (value t, derivative -(df/dtheta) / (grad f . d): implicit differentiation), the taps
@@ -207,15 +208,16 @@ def hold(theta: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32
 
 
 @ti.kernel
-def sdf_samples(theta_slots: ti.template(), points: ti.template(), active: ti.template(), n_slots: ti.i32,
-                j: ti.i32, values: ti.template()):
-    """Taped: values[slot, j] += scene distance at held point j of every active slot, from its row of theta.
+def sdf_samples(theta_slots: ti.template(), points: ti.template(), active: ti.template(), held_shadow: ti.template(),
+                n_slots: ti.i32, j: ti.i32, values: ti.template()):
+    """values[slot, j] += scene distance at held point j of every active slot, from its row of theta
+    (the shadow point only where something shadows).
 
-    The one differentiated SDF call site: launched once per sample index j (values zeroed
-    first, so the launches only accumulate and the tape sees no overwrite)."""
+    The one differentiated SDF call site, launched once per sample index j (values zeroed
+    first, so the launches only accumulate); its adjoint is what the tape replays."""
     ti.loop_config(block_dim=64)
     for slot in range(n_slots):
-        if active[slot] != 0:
+        if active[slot] != 0 and (j != S_SHADOW or held_shadow[slot] > 0.0):
             s = scene_from_theta(theta_row(theta_slots, slot))
             values[slot, j] += scene_sdf(points[slot, j], s, True).x
 
