@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     gui.add_argument("--frames", type=int, default=None, metavar="N",
                      help="run N frames once the panels show live content, then close (with --screenshot: save it)")
     gui.add_argument("--screenshot", default=None, metavar="PATH", help="save a PNG of the whole window on close")
-    gui.add_argument("--panel", default=None, metavar="NAME", help="show only this panel: raymarch, fit, parity or tape")
+    gui.add_argument("--panel", default=None, metavar="NAME", help="show only this panel: raymarch, fit, parity, tape or invert")
     gui.add_argument("--size", default="1280x800", metavar="WxH", help="window size (default 1280x800)")
     return parser
 

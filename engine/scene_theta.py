@@ -6,7 +6,7 @@ Layout and device kinematics: `engine.kernels.kinematics` (`T_*`, `N_THETA`). Gr
 |---|---|---|---|
 | joints | yaw, shoulder, elbow, wrist | rad (shown in degrees) | +-20 degrees |
 | gripper | grip (each finger's offset from the tool axis) | m | +-0.03 m |
-| letter | tile_x, tile_y, tile_z (the moving tile's centre) | m ("units") | +-0.2 |
+| letter | tile_x, tile_y, tile_z (the moving tile's centre; perturbed along the table: x, z) | m ("units") | +-0.2 |
 | letter_angles | tile_yaw, tile_tilt | rad (degrees) | +-10 degrees |
 | albedo | paint_r..b, tile_r..b, letter_r..b | 1 | +-30 % |
 | sun | sun_azimuth, sun_elevation | rad (degrees) | +-15 degrees |
@@ -27,6 +27,7 @@ import numpy as np
 
 from engine.errors import UserError
 from engine.kernels import kinematics as kin
+from engine.kernels import raymarch as rk
 
 NAMES: tuple[str, ...] = (
     "yaw", "shoulder", "elbow", "wrist", "grip",
@@ -50,6 +51,7 @@ DEFAULT_PERTURB: dict[str, float] = {"joints": 20.0, "gripper": 0.03, "letter": 
 ALBEDO_RANGE = (0.02, 1.0)
 GRIP_RANGE = (0.15, 0.28)  # a finger's offset from the tool axis: the gripper closed on a tile .. fully open
 SUN_ELEVATION_RANGE = (0.05, 1.5)  # radians: the sun stays above the horizon
+TILE_LOWEST = rk.TABLE_TOP + rk.TILE_HALF[2]  # the tile's centre when it lies flat on the table
 
 assert len(NAMES) == kin.N_THETA
 
@@ -85,6 +87,8 @@ def perturb(theta: np.ndarray, magnitudes: dict[str, float], seed: int) -> np.nd
     for name, part in GROUPS.items():  # every group draws, perturbed or not: a group's draw never depends on others'
         u = rng.uniform(0.75, 1.0, part.stop - part.start) * rng.choice([-1.0, 1.0], part.stop - part.start)
         magnitude = magnitudes.get(name, 0.0)
+        if name == "letter":
+            u[1] = 0.0  # on the table: x and z move, the height stays (lower would bury the tile in the table)
         if name in ANGLE_GROUPS:
             out[part] += np.radians(magnitude) * u
         elif name == "albedo":
@@ -115,6 +119,7 @@ def limits() -> tuple[np.ndarray, np.ndarray]:
     lo[kin.T_GRIP], hi[kin.T_GRIP] = GRIP_RANGE
     lo[GROUPS["albedo"]], hi[GROUPS["albedo"]] = ALBEDO_RANGE
     lo[kin.T_SUN_ELEVATION], hi[kin.T_SUN_ELEVATION] = SUN_ELEVATION_RANGE
+    lo[kin.T_TILE_POS + 1] = TILE_LOWEST  # the tile cannot sink into the table (to hide where it is wrong)
     return lo, hi
 
 

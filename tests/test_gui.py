@@ -2,7 +2,8 @@
 
 One window session (module fixture) runs a script the way a person would use the app:
 wait for live content, Step the fit three times, wait for the live gradient comparison of
-iteration 3 and take the golden screenshot, Start and Pause (and wait for the comparison
+iteration 3 and take the golden screenshot, Step the inverse render, compare its render
+gradient across backends, Start and Pause (and wait for the comparison
 to catch up), Reset, move the timeline, orbit and zoom the ray-march view, Play and Pause,
 export the mesh, open a mesh file through the file dialog, open a file that is not a mesh
 and dismiss the error. The script records what the state said after each action; the
@@ -75,6 +76,19 @@ def _script(records: dict, files: dict):
         from imgui_bundle.immapp import testing
         testing.capture(ctx, str(files["golden_actual"]))
 
+        inverse = state.invert
+        records["invert_warm"] = (inverse.ready, inverse.iteration, len(inverse.names), inverse.image is not None,
+                                  inverse.errors.get("joints", 0.0))
+        ctx.set_ref("Inverse render")
+        ctx.item_click("**/Step##invert")
+        _wait(ctx, lambda: inverse.iteration == 1, "one inverse-render iteration after Step")
+        records["invert_step"] = (inverse.iteration, list(inverse.losses), inverse.image_version)
+        ctx.set_ref("Parity")
+        ctx.item_click("**/compare render gradient")
+        _wait(ctx, lambda: bool(state.parity.render_grad_summary), "the render gradient comparison")
+        records["render_grad_summary"] = state.parity.render_grad_summary
+
+        ctx.set_ref("Shape fit")
         ctx.item_click("**/Start")
         _wait(ctx, lambda: fit.iteration >= 8, "the running fit to reach iteration 8")
         records["running"] = fit.running
@@ -176,6 +190,20 @@ def test_step_runs_one_iteration_and_fills_the_tape(session):
     assert iteration == 3 and len(losses) == 3
     assert losses[2] < losses[0]  # the fit descends
     assert tape and all(isinstance(name, str) and name for name in tape)
+
+
+@needs_display
+def test_inverse_render_panel_is_live_and_steps(session):
+    ready, iteration, n_params, has_image, joints_off = session[0]["invert_warm"]
+    assert ready and iteration == 0 and n_params == 10 and has_image and joints_off >= 15.0
+    iteration, losses, _ = session[0]["invert_step"]
+    assert iteration == 1 and len(losses) == 1 and losses[0] > 0.0
+
+
+@needs_display
+def test_render_gradient_is_compared_across_backends(session):
+    summary = session[0]["render_grad_summary"]
+    assert "agree" in summary and "100.00 % of the 21 parameters within" in summary, summary
 
 
 @needs_display
@@ -362,7 +390,8 @@ def test_cli_does_not_import_imgui():
 
 def test_ui_process_does_not_import_taichi():
     # a kernel launched in the UI process would freeze the window (Taichi holds the GIL): see app.ui.links
-    code = "import app.ui.app, app.ui.controller, app.ui.gl\nfrom app.ui.panels import parity, raymarch, shape_fit, status, tape"
+    code = ("import app.ui.app, app.ui.controller, app.ui.gl\n"
+            "from app.ui.panels import invert, parity, raymarch, shape_fit, status, tape")
     assert _modules_loaded(code, ("imgui_bundle", "taichi")) == [True, False]
 
 

@@ -84,6 +84,7 @@ def test_perturbation_is_seeded_and_at_least_three_quarters_of_its_magnitude():
     assert np.all((moved >= 15.0 - 1e-9) & (moved <= 20.0 + 1e-9))
     errors = scene_theta.group_errors(a, theta)
     assert 0.15 <= errors["letter"] <= 0.2 and errors["albedo"] <= 0.3 + 1e-9
+    assert a[scene_theta.NAMES.index("tile_y")] == theta[scene_theta.NAMES.index("tile_y")]  # stays on the table
     untouched = scene_theta.perturb(theta, {"joints": 20.0}, seed=4)
     assert np.array_equal(untouched[scene_theta.GROUPS["letter"]], theta[scene_theta.GROUPS["letter"]])
 

@@ -43,7 +43,7 @@ DEFAULT_T = 0.1  # the arm stands clear of the tiles against the floor; the fall
 
 @dataclass(frozen=True)
 class InvertSettings:
-    iterations: int = 300
+    iterations: int = 400
     lr: float = 0.01
     loss: str = "l2"
     levels: int = 4  # image pyramid levels of the loss
@@ -131,6 +131,7 @@ class InverseRender:
         self.hi.from_numpy(hi)
         self.opt = Adam([self.r.theta], lr=settings.lr)
         self.iteration = 0
+        self.skipped = 0  # iterations whose gradient was not finite (no update)
         self.losses: list[float] = []
         self.errors: list[dict[str, float]] = []  # per iteration, before its update (when truth is known)
 
@@ -150,7 +151,10 @@ class InverseRender:
         self.r.set_loss(self.settings.loss, self.settings.levels, edge)
         if self.truth is not None:
             self.errors.append(scene_theta.group_errors(self.r.theta_values(), self.truth))
-        loss, _ = self.r.loss_and_gradient()
+        loss, grad = self.r.loss_and_gradient()
+        if not (np.isfinite(loss) and np.all(np.isfinite(grad))):  # never seen since length(); counted if it is
+            self.r.theta.grad.fill(0.0)
+            self.skipped += 1
         launch(mask_gradient, self.r.theta, self.mask)
         self.opt.step()
         launch(clamp_theta, self.r.theta, self.lo, self.hi)
@@ -314,7 +318,8 @@ def main(argv: list[str]) -> int:
                        for i, name in enumerate(scene_theta.NAMES)},
         "errors": {"start": scene_theta.group_errors(start, truth), "final": final_errors},
         "image_loss": {"start": start_loss, "final": final_loss, "orders": orders},
-        "iterations": inv.iteration, "losses": inv.losses, "parameter_errors": inv.errors,
+        "iterations": inv.iteration, "skipped_non_finite": inv.skipped, "losses": inv.losses,
+        "parameter_errors": inv.errors,
     }
     atomic.write_json(out / "invert.json", record)
     print(f"invert on {running.name}: {inv.iteration} iterations in {wall:.1f} s, image loss {start_loss:.3e} -> "

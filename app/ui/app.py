@@ -24,7 +24,8 @@ from typing import Callable
 
 from engine.errors import UserError
 
-WINDOW_TITLES = {"raymarch": "Ray march", "fit": "Shape fit", "parity": "Parity", "tape": "Tape"}
+WINDOW_TITLES = {"raymarch": "Ray march", "fit": "Shape fit", "parity": "Parity", "tape": "Tape",
+                 "invert": "Inverse render"}
 SOFTWARE_GL = ("llvmpipe", "softpipe", "swiftshader")  # GL renderers that draw on the CPU
 SOFTWARE_GL_FPS_MAX = 60.0  # their frame cap (hardware GL has vsync for that)
 WARM_TIMEOUT_S = 600.0  # --frames gives up waiting for live content after this long and shoots anyway
@@ -104,6 +105,8 @@ def warm_blockers(state) -> list[str]:
         blockers.append(f"the first parity comparison (parity worker: {state.parity.status})")
     if not (state.parity.grad_summary or state.parity.status.startswith("unavailable") or state.fit.error):
         blockers.append("the first gradient comparison")  # set when it lands, or fails
+    if not (state.invert.ready or state.invert.error):
+        blockers.append("the inverse render's set-up")
     return blockers
 
 
@@ -124,8 +127,10 @@ def _docking(panel: str | None):
         split("MainDockSpace", "RightSpace", imgui.Dir.right, 0.45),
         split("MainDockSpace", "ParitySpace", imgui.Dir.down, 0.38),
         split("RightSpace", "TapeSpace", imgui.Dir.down, 0.32),
+        split("RightSpace", "InvertSpace", imgui.Dir.down, 0.55),
     ]
-    return splits, {"raymarch": "MainDockSpace", "parity": "ParitySpace", "fit": "RightSpace", "tape": "TapeSpace"}
+    return splits, {"raymarch": "MainDockSpace", "parity": "ParitySpace", "fit": "RightSpace", "tape": "TapeSpace",
+                    "invert": "InvertSpace"}
 
 
 def resolve_archs(arch: str | None, parity_arch: str | None) -> tuple[str, str]:
@@ -222,13 +227,14 @@ def run_app(options: AppOptions) -> AppRun:
 
     from app.ui.controller import Controller
     from app.ui.gl import Gfx
-    from app.ui.panels import parity, raymarch, shape_fit, status, tape
+    from app.ui.panels import invert, parity, raymarch, shape_fit, status, tape
     from app.ui.state import AppState
 
     state = AppState(arch=options.arch, parity_arch=options.parity_arch, show_timings=options.show_timings,
                      taichi_version=importlib.metadata.version("taichi"))
     controller = Controller(state)
-    draws = {"raymarch": raymarch.draw, "fit": shape_fit.draw, "parity": parity.draw, "tape": tape.draw}
+    draws = {"raymarch": raymarch.draw, "fit": shape_fit.draw, "parity": parity.draw, "tape": tape.draw,
+             "invert": invert.draw}
     gfx: list[Gfx] = []  # created once the GL context exists
     clock = _FrameClock()
     scripted = options.frames is not None or options.test_function is not None
@@ -241,7 +247,8 @@ def run_app(options: AppOptions) -> AppRun:
         if options.start_fit and state.fit.ready and clock.warm_frame is not None and not state.fit.iteration:
             state.fit.running = True
             state.raymarch.playing = options.play
-        busy = state.raymarch.playing or state.fit.running or bool(state.warmup) or state.parity.status == "busy"
+        busy = (state.raymarch.playing or state.fit.running or state.invert.running or bool(state.warmup)
+                or state.parity.status == "busy")
         params.fps_idling.enable_idling = not scripted and not busy  # idle at a few fps only when nothing moves
         if options.frames is not None and clock.warm_frame is not None:
             params.app_shall_exit = state.frame - clock.warm_frame >= options.frames

@@ -138,9 +138,16 @@ def load_scene(prm: ti.template()) -> Scene:
 
 # ---------------------------------------------------------------- primitives
 @ti.func
+def length(v):
+    """|v|, with a derivative of 0 instead of 0 * inf = NaN at v = 0 (a point on a segment's axis or inside a
+    box: Taichi's adjoint of sqrt at 0). Equal to v.norm() bit for bit for |v|^2 >= 1e-30."""
+    return ti.sqrt(ti.max(v.dot(v), 1e-30))
+
+
+@ti.func
 def sd_box(p: vec3, half: vec3) -> ti.f32:
     q = ti.abs(p) - half
-    return ti.max(q, 0.0).norm() + ti.min(ti.max(q.x, ti.max(q.y, q.z)), 0.0)
+    return length(ti.max(q, 0.0)) + ti.min(ti.max(q.x, ti.max(q.y, q.z)), 0.0)
 
 
 @ti.func
@@ -148,23 +155,23 @@ def sd_segment2(p: vec2, a: vec2, b: vec2) -> ti.f32:
     pa = p - a
     ba = b - a
     h = ti.math.clamp(pa.dot(ba) / ba.dot(ba), 0.0, 1.0)
-    return (pa - ba * h).norm()
+    return length(pa - ba * h)
 
 
 @ti.func
 def extrude(d2: ti.f32, z: ti.f32, half: ti.f32) -> ti.f32:
     """Exact distance to a 2D shape (distance d2) extruded over |z| <= half."""
     w = vec2(d2, ti.abs(z) - half)
-    return ti.min(ti.max(w.x, w.y), 0.0) + ti.max(w, 0.0).norm()
+    return ti.min(ti.max(w.x, w.y), 0.0) + length(ti.max(w, 0.0))
 
 
 @ti.func
 def sd_arc(p: vec2, ra: ti.f32) -> ti.f32:
     """Centre line of a 240-degree arc of radius ra (gap around -y)."""
     q = vec2(ti.abs(p.x), p.y)
-    d = ti.abs(q.norm() - ra)
+    d = ti.abs(length(q) - ra)
     if _S_SC[1] * q.x > _S_SC[0] * q.y:
-        d = (q - vec2(_S_SC[0] * ra, _S_SC[1] * ra)).norm()
+        d = length(q - vec2(_S_SC[0] * ra, _S_SC[1] * ra))
     return d
 
 
@@ -276,7 +283,7 @@ def sd_tiles(p: vec3, s: Scene, unrolled: ti.template()) -> vec2:
     """
     row_bound = sd_box(p - vec3(0.0, TILE_Y, ROW_Z), vec3(1.72, 0.25, 0.06))
     rel = p - s.tile_pos
-    moving_dist = rel.norm()
+    moving_dist = length(rel)
     moving_bound = moving_dist - 0.32
     near_row = row_bound < BOUND_MARGIN
     near_moving = moving_dist < NEAR_MOVING
@@ -307,7 +314,7 @@ def sd_arm(p: vec3, s: Scene) -> vec2:
     wrist, tool centre, within 0.32 m of the arm plane)."""
     dx = p.x - s.base.x
     dz = p.z - s.base.y
-    radial = vec2(dx, dz).norm()
+    radial = length(vec2(dx, dz))
     fwd = dx * s.base.w + dz * s.base.z  # forward = (sin yaw, cos yaw) in xz
     lat = dx * s.base.z - dz * s.base.w
     res = vec2(extrude(radial - 0.42, p.y - 0.52, 0.52), M_BOUND)
@@ -327,9 +334,9 @@ def sd_arm(p: vec3, s: Scene) -> vec2:
         upper = extrude(sd_segment2(q, s.shoulder, s.elbow) - 0.055, lat, 0.06) - 0.03
         fore = extrude(sd_segment2(q, s.elbow, s.wrist) - 0.04, lat, 0.045) - 0.025
         res = closer(res, vec2(ti.min(upper, fore), M_PAINT))
-        joints = ti.min(extrude((q - s.shoulder).norm() - 0.115, lat, 0.185) - 0.012,
-                        ti.min(extrude((q - s.elbow).norm() - 0.09, lat, 0.105) - 0.01,
-                               extrude((q - s.wrist).norm() - 0.06, lat, 0.075) - 0.01))
+        joints = ti.min(extrude(length(q - s.shoulder) - 0.115, lat, 0.185) - 0.012,
+                        ti.min(extrude(length(q - s.elbow) - 0.09, lat, 0.105) - 0.01,
+                               extrude(length(q - s.wrist) - 0.06, lat, 0.075) - 0.01))
         res = closer(res, vec2(joints, M_JOINT))
         v = q - s.wrist
         along = v.x * s.tool.x + v.y * s.tool.y
@@ -500,7 +507,7 @@ def light(p: vec3, rd: vec3, t: ti.f32, n: vec3, m: ti.i32, shadow: ti.f32, ao: 
     key = s.sun
     ndl = ti.max(n.dot(key), 0.0)
     half = key - rd
-    half = half / half.norm()
+    half = half / length(half)
     ndh = ti.max(n.dot(half), 0.0)
     highlight = ndh
     for i in ti.static(range(MAX_SQUARINGS)):  # ndh ** (2 ** squarings) by exact multiplications

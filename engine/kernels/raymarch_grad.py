@@ -53,7 +53,7 @@ import taichi as ti
 
 from engine.kernels.kinematics import scene_from_theta, theta_row, theta_vector
 from engine.kernels.raymarch import (M_BOUND, NORMAL_EPS, SHADOW_STEPS, SCENE_TOP, Scene, ambient_occlusion, fog,
-                                     lerp, light, march, normal_at, primary_ray, scene_sdf, sky, tap_sign, tone_map)
+                                     length, lerp, light, march, normal_at, primary_ray, scene_sdf, sky, tap_sign, tone_map)
 
 vec3 = ti.math.vec3
 
@@ -260,7 +260,7 @@ def shade_slots(theta_slots: ti.template(), cam: ti.template(), width: ti.i32, h
             for k in ti.static(range(4)):  # the taps slide with the surface point
                 tap = values[slot, S_TAP0 + k] + held_grad[slot, S_TAP0 + k].dot(rd) * delta
                 n += tap_sign(k) * tap
-            n = n / n.norm()
+            n = n / length(n)
             shadow = 1.0
             s_t = held_shadow[slot]
             if s_t > 0.0:

@@ -43,6 +43,13 @@ def draw(state: AppState, gfx: Gfx) -> None:
         state.commands.append(Command("parity_grad"))
     imgui.end_disabled()
     imgui.set_item_tooltip("the fit's gradients are compared every few seconds while it moves; this compares them now")
+    imgui.same_line()
+    imgui.begin_disabled(view.status != "idle" or not state.invert.ready)
+    if imgui.small_button("compare render gradient"):
+        state.commands.append(Command("render_grad"))
+    imgui.end_disabled()
+    imgui.set_item_tooltip("d loss / d scene parameters of the inverse render at its current parameters, on both "
+                           "backends")
     if view.error:
         imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), view.error)
     if view.share_within is None:
@@ -68,6 +75,8 @@ def draw(state: AppState, gfx: Gfx) -> None:
     imgui.text_disabled(view.worst)
     if view.grad_summary:
         imgui.text_wrapped(view.grad_summary)
+    if view.render_grad_summary:
+        imgui.text_wrapped(view.render_grad_summary)
     _histogram(state, imgui.get_content_region_avail())
     imgui.end_group()
 
