@@ -1,9 +1,8 @@
-"""`python -m app bench NAME|all [...]`: run one benchmark (or all) and print its table."""
+"""Benchmarks beside Warp (and Open3D): `python -m app bench NAME|all [flags]` prints each one's table."""
 from __future__ import annotations
 
+import argparse
 import importlib
-
-from engine.errors import UserError
 
 BENCHMARKS: dict[str, str] = {  # name -> "module:function"
     "launch": "bench.launch:main",
@@ -11,19 +10,23 @@ BENCHMARKS: dict[str, str] = {  # name -> "module:function"
     "fit_overhead": "bench.fit_overhead:main",
     "raymarch": "bench.raymarch:main",
     "gui_fps": "bench.gui_fps:main",
+    "batch": "bench.batch:main",
 }
 NEEDS_DISPLAY = {"gui_fps"}  # left out of `all`, which must run on a headless GPU machine
+NEEDS_RAY = {"batch"}  # left out of `all` too: the GPU check's wheels carry no Ray (the `batch` extra)
 
 
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage: python -m app bench {{{'|'.join([*BENCHMARKS, 'all'])}}} [options]")
-        return 0 if argv else 2
-    name, rest = argv[0], argv[1:]
-    if name != "all" and name not in BENCHMARKS:
-        raise UserError(f"unknown benchmark '{name}' (known: {', '.join([*BENCHMARKS, 'all'])})")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """NAME and the benchmark's own flags (`python -m app bench NAME --help` lists them)."""
+    parser.add_argument("name", choices=[*BENCHMARKS, "all"], metavar="NAME",
+                        help=f"one of {', '.join(BENCHMARKS)}, or all (every one that needs no display and no Ray)")
+    parser.add_argument("flags", nargs=argparse.REMAINDER, metavar="...",
+                        help="the benchmark's flags (NAME --help lists them)")
+
+
+def run(args: argparse.Namespace) -> int:
     status = 0
-    for each in [each for each in BENCHMARKS if each not in NEEDS_DISPLAY] if name == "all" else [name]:
+    for each in [each for each in BENCHMARKS if each not in NEEDS_DISPLAY | NEEDS_RAY] if args.name == "all" else [args.name]:
         module, function = BENCHMARKS[each].split(":")
-        status |= getattr(importlib.import_module(module), function)(rest)
+        status |= getattr(importlib.import_module(module), function)(args.flags)
     return status

@@ -13,12 +13,20 @@ from pathlib import Path
 
 def bench_parser(name: str, doc: str) -> argparse.ArgumentParser:
     """An argument parser with the flags every benchmark takes: --arch and --out."""
-    from app.cli import add_arch_argument
+    from app.cli import add_arch_argument, command_parser
 
-    parser = argparse.ArgumentParser(prog=f"python -m app bench {name}", description=doc.strip().splitlines()[0])
+    parser = command_parser(f"bench {name}", doc)  # one-line errors, -v/-q, like every command
     add_arch_argument(parser)
-    parser.add_argument("--out", default=None, metavar="DIR", help=f"also write the table to DIR/{name}.md")
+    parser.add_argument("--out", default=None, metavar="DIR", type=_checked_folder,
+                        help=f"also write the table to DIR/{name}.md")
     return parser
+
+
+def _checked_folder(path: str) -> str:
+    """--out is checked while the flags are parsed: a bad folder fails now, not after the benchmark ran."""
+    from engine.output_dir import check_folder
+
+    return str(check_folder(path))
 
 
 def machine_load() -> str:

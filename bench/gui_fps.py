@@ -17,7 +17,8 @@ from bench import bench_parser, emit, machine_load
 
 
 def main(argv: list[str]) -> int:
-    from app.ui.app import AppOptions, parse_size, resolve_archs, run_app
+    from app.ui.app import AppOptions, parse_size, run_app
+    from engine.backend import resolve_archs
 
     parser = bench_parser("gui_fps", __doc__)
     parser.add_argument("--parity-arch", default=None)

@@ -3,11 +3,12 @@
 `init("auto" | "cuda" | "vulkan" | "cpu")` starts Taichi and returns the `Backend`
 that actually runs. Rules:
 
-- `auto` prefers CUDA; when it cannot have it, it prints one line saying why and
+- `auto` prefers CUDA; when it cannot have it, it logs one warning saying why and
   runs on the CPU.
 - An explicitly requested backend that cannot start raises `UserError` (one line,
-  exit code 2). Taichi's own silent fallback (cuda -> cpu with a warning) is disabled
-  and, in case `TI_ARCH` overrides us, the arch in use is checked after start-up.
+  exit code 2). Taichi's own silent fallback (cuda -> cpu with a warning) is disabled;
+  `TI_ARCH` in the environment (Taichi lets it override the arch asked for) is refused
+  before anything starts, and the arch in use is checked after start-up all the same.
 - `fast_math` is off: it lets the code generators substitute approximate `sqrt`,
   `rsqrt` and division, and each backend substitutes differently, which alone breaks
   1e-4 pixel parity between LLVM (cpu/cuda) and SPIR-V (vulkan). Exact IEEE
@@ -20,13 +21,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import io
+import logging
 import os
-import sys
+import time
 from dataclasses import dataclass
 
 from engine.errors import UserError
 
+log = logging.getLogger(__name__)
 ARCH_ENV = "SHANNON_ARCH"
+TI_ARCH_ENV = "TI_ARCH"  # Taichi's own override, refused (see requested_arch)
 ARCH_CHOICES = ("auto", "cuda", "vulkan", "cpu")
 
 
@@ -48,13 +52,28 @@ _current: Backend | None = None
 _profiling = False  # whether the running backend was started with Taichi's kernel profiler
 
 
-def requested_arch(value: str | None = None) -> str:
-    """The arch asked for: the flag if given, else $SHANNON_ARCH, else `auto`."""
-    source = "--arch" if value else ARCH_ENV
+def requested_arch(value: str | None = None, flag: str = "--arch") -> str:
+    """The arch asked for: the flag (named `flag` in errors) if given, else $SHANNON_ARCH, else `auto`.
+
+    `TI_ARCH` in the environment is refused: Taichi lets it override the arch we ask for."""
+    source = flag if value else ARCH_ENV
     value = value or os.environ.get(ARCH_ENV) or "auto"
     if value not in ARCH_CHOICES:
         raise UserError(f"unknown backend '{value}' (from {source}): choose one of {', '.join(ARCH_CHOICES)}")
+    if os.environ.get(TI_ARCH_ENV):
+        raise UserError(f"{TI_ARCH_ENV}={os.environ[TI_ARCH_ENV]} is set in the environment: Taichi would let it "
+                        f"override the backend asked for; unset it and use --arch or {ARCH_ENV}")
     return value
+
+
+def check_requested(arch: str | None = None) -> str:
+    """`requested_arch`, and an explicit cuda refused on a machine without a GPU: what `init` checks before starting.
+
+    Commands call it while they check their flags, so that a backend that cannot start costs nothing."""
+    requested = requested_arch(arch)
+    if requested == "cuda" and (reason := cuda_unavailable_reason()):
+        raise UserError(f"backend cuda is not available: {reason}")
+    return requested
 
 
 def cuda_unavailable_reason() -> str | None:
@@ -78,6 +97,11 @@ def _arch_in_use() -> str:
     return {ti.x64: "cpu", ti.arm64: "cpu", ti.cuda: "cuda", ti.vulkan: "vulkan"}.get(arch, str(arch))
 
 
+# Taichi evicts its kernel cache oldest-first past 100 MiB by default; the taped render, BVH, fit and
+# launch kernels of one checkout already fill that, so every run recompiled (minutes on 2 cores).
+OFFLINE_CACHE_BYTES = 1 << 30
+
+
 def _start(name: str, kernel_profiler: bool) -> None:
     import taichi as ti
 
@@ -85,7 +109,7 @@ def _start(name: str, kernel_profiler: bool) -> None:
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # Taichi's "Starting on arch=" line; we report our own
             ti.init(arch=arch, enable_fallback=False, fast_math=False, offline_cache=True, verbose=False,
-                    kernel_profiler=kernel_profiler)
+                    offline_cache_max_size_of_files=OFFLINE_CACHE_BYTES, kernel_profiler=kernel_profiler)
     except Exception as exc:  # Taichi raises RuntimeError or its own types; the message is what matters
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = " (install mesa-vulkan-drivers for lavapipe)" if name == "vulkan" else ""
@@ -98,21 +122,19 @@ def init(arch: str | None = None, kernel_profiler: bool = False) -> Backend:
     `kernel_profiler` switches on Taichi's per-kernel timing (it can only be chosen at start-up).
     """
     global _current, _profiling
-    requested = requested_arch(arch)
+    requested = check_requested(arch)
     name, note = requested, ""
     if requested == "auto":
         reason = cuda_unavailable_reason()
         name = "cuda" if reason is None else "cpu"
         if reason:
             note = f"auto: no CUDA ({reason}); running on cpu"
-            print(note, file=sys.stderr)
-    elif requested == "cuda":
-        reason = cuda_unavailable_reason()
-        if reason:
-            raise UserError(f"backend cuda is not available: {reason}")
+            log.warning(note)
     if _current is not None and _current.name == name and _profiling == kernel_profiler:
         return _current
+    started = time.perf_counter()
     _start(name, kernel_profiler)
+    log.debug("backend %s started in %.2f s", name, time.perf_counter() - started)
     _profiling = kernel_profiler
     actual = _arch_in_use()
     if actual != name:
@@ -121,8 +143,48 @@ def init(arch: str | None = None, kernel_profiler: bool = False) -> Backend:
     return _current
 
 
+def default_parity_arch(arch: str) -> str:
+    """The natural second backend: vulkan beside the cpu, else the cpu."""
+    return "vulkan" if arch == "cpu" else "cpu"
+
+
+def resolve_archs(arch: str | None, parity_arch: str | None) -> tuple[str, str]:
+    """The requested primary arch and the parity arch (default: the natural partner of the primary).
+
+    Checked before anything starts (UserError naming the flag): names, `TI_ARCH`, and an explicit
+    cuda (either flag) on a machine without a GPU. Needs no Taichi: the UI process never imports it.
+    """
+    requested = requested_arch(arch)
+    primary = requested
+    if requested == "auto":
+        primary = "cuda" if cuda_unavailable_reason() is None else "cpu"
+    parity = requested_arch(parity_arch, "--parity-arch") if parity_arch else default_parity_arch(primary)
+    if parity == "auto":
+        raise UserError("--parity-arch must name a backend (cuda, vulkan or cpu), not auto")
+    if "cuda" in (requested, parity) and (reason := cuda_unavailable_reason()):
+        flag = "--arch" if requested == "cuda" else "--parity-arch"
+        raise UserError(f"backend cuda is not available: {reason} ({flag} cuda)")
+    return requested, parity
+
+
 def current() -> Backend:
     """The backend started by `init`; raises if none was started in this process."""
     if _current is None:
         raise RuntimeError("no backend started: call engine.backend.init(arch) first")
     return _current
+
+
+def stop() -> Backend | None:
+    """Stop Taichi in this process (`ti.reset`) and return the backend that ran, if any.
+
+    Every field is freed and Taichi writes its offline kernel cache now, not at interpreter exit
+    (which a process ended by `os._exit`, such as a Ray worker, never reaches). The next `init`
+    starts a fresh program whose SNode ids start from 0 again, so kernels specialised on the next
+    job's fields are the cached ones (see app/batch/execute.py for what that saves)."""
+    global _current
+    stopped, _current = _current, None
+    if stopped is not None:
+        import taichi as ti
+
+        ti.reset()
+    return stopped

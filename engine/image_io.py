@@ -1,7 +1,8 @@
-"""Image output: sRGB encoding, PNG / npy / GIF writing, false-colour maps. All writes are atomic.
+"""Image output: sRGB encoding, PNG / float (npy, EXR) / GIF / MP4 writing, false-colour maps. All writes are atomic.
 
 Used by the renderer's CLI, the parity claim and the GUI. Inputs are numpy arrays:
-linear RGB in [0, 1] (H, W, 3) float32, or scalar maps (H, W).
+linear RGB in [0, 1] (H, W, 3) float32, or scalar maps (H, W). PNGs can carry text
+chunks (`tEXt`), which is where an 8-bit AOV says what range of values it encodes.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 from typing import Sequence
 
 import numpy as np
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 from engine import atomic
 
@@ -34,15 +35,20 @@ def read_png_rgb(path: str | os.PathLike) -> np.ndarray:
         return np.asarray(image.convert("RGB"))
 
 
-def _png_bytes(pixels: np.ndarray) -> bytes:
+def _png_bytes(pixels: np.ndarray, text: dict[str, str] | None = None) -> bytes:
     buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG", compress_level=4)
+    info = None
+    if text:
+        info = PngImagePlugin.PngInfo()
+        for key, value in text.items():
+            info.add_text(key, value)
+    Image.fromarray(pixels).save(buffer, format="PNG", compress_level=4, pnginfo=info)
     return buffer.getvalue()
 
 
-def write_png(path: str | os.PathLike, pixels: np.ndarray) -> None:
-    """Write uint8 pixels (H, W) or (H, W, 3) as a PNG."""
-    atomic.write_bytes(path, _png_bytes(np.ascontiguousarray(pixels, np.uint8)))
+def write_png(path: str | os.PathLike, pixels: np.ndarray, text: dict[str, str] | None = None) -> None:
+    """Write uint8 pixels (H, W) or (H, W, 3) as a PNG, with `text` as tEXt chunks (key -> value)."""
+    atomic.write_bytes(path, _png_bytes(np.ascontiguousarray(pixels, np.uint8), text))
 
 
 def write_linear_png(path: str | os.PathLike, linear: np.ndarray) -> None:
@@ -55,12 +61,55 @@ def write_npy(path: str | os.PathLike, array: np.ndarray) -> None:
             np.save(f, array)
 
 
-def write_gif(path: str | os.PathLike, frames: Sequence[np.ndarray], fps: float = 24.0) -> None:
-    """Write uint8 RGB frames as a looping GIF (through imageio)."""
-    import imageio.v2 as imageio
+FLOAT_FORMATS = ("npy", "exr")
 
+
+def write_float(path: str | os.PathLike, array: np.ndarray) -> None:
+    """Write a float32 map, (H, W) or (H, W, 3), as `.npy` or as an OpenEXR file (`.exr`: channel Z, or RGB)."""
+    array = np.ascontiguousarray(array, np.float32)
+    ext = os.fspath(path).rsplit(".", 1)[-1].lower()
+    if ext == "npy":
+        write_npy(path, array)
+        return
+    if ext != "exr":
+        raise ValueError(f"float image {path}: not .npy or .exr")
+    import OpenEXR
+
+    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
     with atomic.atomic_path(path) as tmp:
-        imageio.mimsave(tmp, list(frames), format="GIF", duration=1.0 / fps, loop=0)
+        OpenEXR.File(header, {"RGB" if array.ndim == 3 else "Z": array}).write(str(tmp))
+
+
+def gif_delay_ms(fps: float) -> int:
+    """The per-frame delay a GIF stores for `fps`: whole hundredths of a second, at least 2 (browsers slow less)."""
+    return 10 * max(2, round(100.0 / fps))
+
+
+def write_gif(path: str | os.PathLike, frames: Sequence[np.ndarray], fps: float = 24.0) -> None:
+    """Write uint8 RGB frames (H, W, 3) as a looping GIF whose frame delay is `gif_delay_ms(fps)` (Pillow: ms)."""
+    images = [Image.fromarray(np.ascontiguousarray(frame, np.uint8)) for frame in frames]
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=gif_delay_ms(fps), loop=0)
+    atomic.write_bytes(path, buffer.getvalue())
+
+
+def write_mp4(path: str | os.PathLike, frames: Sequence[np.ndarray], fps: float = 24.0) -> None:
+    """Write uint8 RGB frames (H, W, 3) as an H.264 MP4 (yuv420p, plays everywhere) through imageio-ffmpeg.
+
+    Odd sizes are padded to even ones (yuv420p needs them)."""
+    import imageio_ffmpeg
+
+    height, width = frames[0].shape[:2]
+    pad = ["-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2"]
+    with atomic.atomic_path(path) as tmp:
+        writer = imageio_ffmpeg.write_frames(str(tmp), (width, height), fps=fps, codec="libx264", macro_block_size=1,
+                                             output_params=pad, ffmpeg_log_level="error")
+        writer.send(None)  # start ffmpeg
+        try:
+            for frame in frames:
+                writer.send(np.ascontiguousarray(frame, np.uint8))
+        finally:
+            writer.close()
 
 
 # A compact perceptual colour ramp (dark blue -> teal -> yellow, after viridis), sampled at 6 stops.
@@ -79,15 +128,23 @@ def heatmap(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return (rgb * 255.0 + 0.5).astype(np.uint8)
 
 
-def depth_image(depth: np.ndarray, far: float) -> np.ndarray:
-    """Depth -> grey uint8 by inverse depth (resolves near objects against a far floor):
-    the nearest hit is white, the farthest dark grey, escaped rays (depth >= far) black."""
+def depth_range(depth: np.ndarray, far: float) -> tuple[float, float] | None:
+    """The nearest and the farthest hit distance in a depth map (escaped rays, depth >= far, left out); None if no hit."""
     d = np.asarray(depth, np.float64)
     hit = (d < far) & (d > 0.0)
-    if not hit.any():
+    return (float(d[hit].min()), float(d[hit].max())) if hit.any() else None
+
+
+def depth_image(depth: np.ndarray, far: float) -> np.ndarray:
+    """Depth -> grey uint8 by inverse depth (resolves near objects against a far floor):
+    the nearest hit (`depth_range`) is white, the farthest dark grey (38), escaped rays (depth >= far) black."""
+    d = np.asarray(depth, np.float64)
+    hit = (d < far) & (d > 0.0)
+    span = depth_range(d, far)
+    if span is None:
         return np.zeros(d.shape, np.uint8)
     inv = np.where(hit, 1.0 / np.where(hit, d, 1.0), 0.0)
-    lo, hi = float(inv[hit].min()), float(inv[hit].max())
+    lo, hi = 1.0 / span[1], 1.0 / span[0]
     g = 0.15 + 0.85 * (inv - lo) / max(hi - lo, 1e-12)
     return np.where(hit, g * 255.0 + 0.5, 0.0).astype(np.uint8)
 

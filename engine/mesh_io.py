@@ -1,4 +1,4 @@
-"""Mesh files in and out: load OBJ, PLY, STL, OFF and GLB as one clean triangle mesh; write OBJ.
+"""Mesh files in and out: load OBJ, PLY, STL, OFF and GLB as one clean triangle mesh; write OBJ, PLY, STL or GLB.
 
 `load_mesh(path)` reads through trimesh (scenes are concatenated into one mesh), then
 makes the mesh fit for a BVH and for area sampling:
@@ -12,11 +12,15 @@ makes the mesh fit for a BVH and for area sampling:
   `Mesh.scale` map results back: original = normalised * scale + centre.
 
 Anything that is not a usable triangle mesh raises `UserError` with one line naming
-the file and what is wrong with it. `write_obj` writes atomically.
+the file and what is wrong with it: a file that cannot be read, foreign content, an OBJ
+face naming a vertex that does not exist (OBJ counts from 1), coordinates so large that
+the mesh's extent overflows. `write_mesh` writes through trimesh, the format chosen by
+the file's extension, atomically.
 """
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +30,7 @@ from engine import atomic
 from engine.errors import UserError
 
 FORMATS = ("obj", "ply", "stl", "off", "glb")
+WRITE_FORMATS = ("obj", "ply", "stl", "glb")
 
 
 @dataclass(frozen=True)
@@ -49,12 +54,18 @@ def _read(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """The file's vertices and faces (a scene's meshes concatenated), or UserError saying why not."""
     import trimesh
 
-    head = path.read_bytes()[:4096]
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"mesh file {path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    head = data[:4096]
     for magic, what in _SIGNATURES.items():
         if head.startswith(magic):
             raise UserError(f"mesh file {path}: not a mesh ({what})")
     if path.suffix.lower() in (".obj", ".off") and b"\0" in head:
         raise UserError(f"mesh file {path}: binary content in a text {path.suffix[1:].upper()} file")
+    if path.suffix.lower() == ".obj":
+        _check_obj_indices(path, data)
     try:
         loaded = trimesh.load(str(path), file_type=path.suffix[1:].lower(), process=False)
         if isinstance(loaded, trimesh.Scene):
@@ -71,6 +82,30 @@ def _read(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise UserError(f"mesh file {path}: a point cloud of {len(vertices)} points with no faces")
     faces = np.asarray(getattr(loaded, "faces", np.zeros((0, 3))), dtype=np.int64).reshape(-1, 3)
     return vertices, faces
+
+
+_OBJ_LINE = re.compile(rb"^[ \t]*(v|f)[ \t]+([^\r\n#]*)", re.MULTILINE)
+
+
+def _check_obj_indices(path: Path, data: bytes) -> None:
+    """UserError for an OBJ face that names a vertex the file does not have (trimesh would wrap or drop it).
+
+    OBJ counts vertices from 1; a negative index counts back from the last vertex read so far."""
+    count = 0
+    for match in _OBJ_LINE.finditer(data):
+        if match.group(1) == b"v":
+            count += 1
+            continue
+        for token in match.group(2).split():
+            try:
+                index = int(token.split(b"/")[0])
+            except ValueError:
+                continue  # not a number: trimesh reports what it makes of it
+            if index == 0 or index > count or index < -count:
+                line = data.count(b"\n", 0, match.start()) + 1
+                hint = " (OBJ counts vertices from 1)" if index == 0 else ""
+                raise UserError(f"mesh file {path}: the face on line {line} uses vertex {index}, but only {count} "
+                                f"vertices are defined before it{hint}")
 
 
 def clean(vertices: np.ndarray, faces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -115,6 +150,12 @@ def load_mesh(path: str | os.PathLike, normalise: bool = True) -> Mesh:
         raise UserError(f"mesh file {path}: {bad} vertices have NaN or infinite coordinates")
     if faces.min() < 0 or faces.max() >= len(vertices):
         raise UserError(f"mesh file {path}: faces index vertices that do not exist")
+    with np.errstate(over="ignore", invalid="ignore"):
+        extent = vertices.max(axis=0) - vertices.min(axis=0)
+        overflows = not np.all(np.isfinite(np.square(extent)))  # triangle areas are products of two extents
+    if overflows:
+        raise UserError(f"mesh file {path}: coordinates up to {np.abs(vertices).max():.3g} are too large "
+                        "(the mesh's extent overflows 64-bit floats)")
     vertices, faces = clean(vertices, faces)
     if len(faces) == 0:
         raise UserError(f"mesh file {path}: every face is degenerate (zero area)")
@@ -132,11 +173,25 @@ def make_mesh(vertices: np.ndarray, faces: np.ndarray, name: str = "", normalise
     return Mesh(vertices, np.asarray(faces, dtype=np.int32), centre, scale, name)
 
 
-def write_obj(path: str | os.PathLike, vertices: np.ndarray, faces: np.ndarray, header: str = "") -> None:
-    """Write a triangle mesh as OBJ (atomically): `v` lines with 9 significant digits, 1-based `f` lines."""
-    vertices = np.asarray(vertices, dtype=np.float64).reshape(-1, 3)
-    faces = np.asarray(faces, dtype=np.int64).reshape(-1, 3)
-    lines = [f"# {line}" for line in header.splitlines()]
-    lines += [f"v {x:.9g} {y:.9g} {z:.9g}" for x, y, z in vertices]
-    lines += [f"f {a + 1} {b + 1} {c + 1}" for a, b, c in faces]
-    atomic.write_text(path, "\n".join(lines) + "\n")
+def write_mesh(path: str | os.PathLike, vertices: np.ndarray, faces: np.ndarray, header: str = "") -> None:
+    """Write a triangle mesh (atomically) as OBJ, PLY, STL or GLB by the extension of `path`, through trimesh.
+
+    OBJ keeps 10 decimal places and a one-line `header` comment; the binary formats store float32.
+
+        write_mesh("out/final.ply", vertices, faces)   # vertices (V, 3) float, faces (F, 3) int, 0-based
+    """
+    import trimesh
+
+    target = Path(path)
+    ext = target.suffix[1:].lower()
+    if ext not in WRITE_FORMATS:
+        raise UserError(f"mesh file {target}: cannot write '{target.suffix or '(none)'}' "
+                        f"(supported: {', '.join('.' + f for f in WRITE_FORMATS)})")
+    mesh = trimesh.Trimesh(np.asarray(vertices, dtype=np.float64).reshape(-1, 3),
+                           np.asarray(faces, dtype=np.int64).reshape(-1, 3), process=False)
+    options = {"digits": 10, "include_normals": False, "header": " ".join(header.split())} if ext == "obj" else {}
+    atomic.write_bytes(target, _as_bytes(mesh.export(file_type=ext, **options)))
+
+
+def _as_bytes(data: bytes | str) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else data

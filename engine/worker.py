@@ -3,47 +3,114 @@
 Taichi holds one arch per process, so comparing two backends needs two processes.
 `BackendWorker("vulkan")` spawns a process that starts that backend and then serves
 calls; each call names a computation (see `engine.computations`) and passes numpy
-inputs; the answer comes back as a dict of numpy arrays. A worker that dies or does
-not answer in time raises `WorkerError` with a one-line reason, and is gone.
+inputs; the answer comes back as a dict of numpy arrays.
+
+What can go wrong, and what the caller gets (always one line in `str(exc)`):
+
+- bad input inside the worker (its `UserError`: an unavailable backend, a bad mesh file):
+  `WorkerUserError`, which is a `UserError` (exit code 2), and the worker lives on;
+- a bug inside the worker (any other exception): `WorkerError` whose `detail` holds the
+  worker's full traceback (the CLI writes it to a crash log: exit code 3); the worker lives on;
+- the worker dies, is stopped (SIGSTOP) or wedged: `WorkerError`, and the worker is gone.
+  While a call is out the parent watches the process every `WATCH_S`: a dead process is
+  reported at once, a stopped one after `STOPPED_GRACE_S`, one asleep without using any
+  CPU time for `IDLE_LIMIT_S` (a deadlock, a hang) then, and any call at its deadline.
+
+Workers ignore SIGINT: a Ctrl-C in the terminal reaches every process of the group, and
+the parent, not the worker, decides what stops (it closes its workers). A worker whose
+parent went away (its pipe closed) exits quietly.
 
     with BackendWorker("cpu") as worker:
         out = worker.call("affine", x=np.ones(4, np.float32))
 """
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
+import signal
+import time
 import traceback
 from typing import Any
 
 from engine.errors import UserError
+from engine.interrupt import signals_ignored
 
+log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 300.0
+WATCH_S = 0.25  # how often a waiting parent looks at the worker process
+STOPPED_GRACE_S = 2.0  # a worker stopped (SIGSTOP, a debugger) this long is given up
+IDLE_LIMIT_S = 20.0  # a worker asleep this long in a call without using CPU time is wedged
 
 
-class WorkerError(UserError):
-    """A backend worker failed: it could not start, raised, died or hung."""
+class WorkerError(Exception):
+    """A backend worker failed: it raised (a bug: `detail` is its traceback), died, hung or was stopped."""
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail or message
+
+
+class WorkerUserError(WorkerError, UserError):
+    """The worker reported bad input or an unusable machine (its own `UserError`): exit code 2."""
 
 
 def _serve(conn, arch: str) -> None:
-    """Child process: start the backend, then answer (name, inputs) requests until None."""
+    """Child process: start the backend, then answer (name, inputs) requests until None or the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent shuts us down (see the module docstring)
     from engine import backend, computations
 
     try:
         info = backend.init(arch)
-    except Exception as exc:  # report startup failure as data; the parent raises it
-        conn.send(("error", str(exc)))
+    except UserError as exc:  # report startup failure as data; the parent raises it
+        conn.send(("user_error", str(exc)))
+        return
+    except Exception as exc:
+        conn.send(("error", f"backend {arch} failed to start: {_last_line(exc)}", traceback.format_exc()))
         return
     conn.send(("ready", info.as_record()))
     while True:
-        request = conn.recv()
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone
         if request is None:
             return
         name, inputs = request
         try:
-            conn.send(("ok", computations.run(name, **inputs)))
+            reply = ("ok", computations.run(name, **inputs))
+        except UserError as exc:
+            reply = ("user_error", str(exc))
         except Exception as exc:
-            last = traceback.format_exc().strip().splitlines()[-1]
-            conn.send(("error", f"{name} raised {last}" if str(exc) else f"{name} raised {type(exc).__name__}"))
+            reply = ("error", f"{name} raised {_last_line(exc)}", traceback.format_exc())
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, OSError):
+            return
+
+
+def _last_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[-1]}" if text else type(exc).__name__
+
+
+def exit_description(code: int | None) -> str:
+    """A process exit code in words: "exit code 3", "killed by SIGKILL"."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, CPU ticks used) of a process from /proc, or None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0].decode(), int(fields[11]) + int(fields[12])  # state, utime + stime (all threads)
 
 
 class BackendWorker:
@@ -54,25 +121,63 @@ class BackendWorker:
         ctx = mp.get_context("spawn")  # fork would copy a running Taichi runtime
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=_serve, args=(child, arch), daemon=True, name=f"taichi-{arch}")
-        self._process.start()
+        with signals_ignored():  # the child starts with SIGINT ignored, before _serve can say so itself
+            self._process.start()
         child.close()
-        status, payload = self._receive(start_timeout_s, "start")
-        if status != "ready":
+        reply = self._receive(start_timeout_s, "start")
+        if reply[0] != "ready":
             self.close()
-            raise WorkerError(payload)
-        self.backend: dict = payload  # the record of what actually runs there
+            self._raise(reply)
+        self.backend: dict = reply[1]  # the record of what actually runs there
+        log.debug("%s worker started (pid %d)", arch, self._process.pid)
 
-    def _receive(self, timeout_s: float, what: str) -> tuple[str, Any]:
-        if not self._conn.poll(timeout_s):
-            self._kill()
-            raise WorkerError(f"{self.arch} worker did not {what} within {timeout_s:.0f} s and was stopped")
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    def _raise(self, reply: tuple) -> None:
+        if reply[0] == "user_error":
+            raise WorkerUserError(reply[1])
+        raise WorkerError(f"{self.arch} worker: {reply[1]}", reply[2] if len(reply) > 2 else "")
+
+    def _watch(self, timeout_s: float, what: str) -> None:
+        """Wait for an answer; kill the worker and raise if it is stopped, wedged or past its deadline."""
+        deadline = time.monotonic() + timeout_s
+        stopped_since = idle_since = None
+        last_ticks = -1
+        while not self._conn.poll(WATCH_S):
+            if not self._process.is_alive():
+                return  # the pipe reports it: recv raises EOFError
+            now = time.monotonic()
+            stat = _proc_stat(self._process.pid)
+            if stat is not None:
+                state, ticks = stat
+                stopped_since = (stopped_since or now) if state in "Tt" else None
+                asleep = state in "SD" and ticks == last_ticks
+                idle_since = (idle_since or now) if asleep else None
+                last_ticks = ticks
+                if stopped_since is not None and now - stopped_since >= STOPPED_GRACE_S:
+                    self._fail(f"was stopped (SIGSTOP?) for {now - stopped_since:.0f} s during {what}")
+                if idle_since is not None and now - idle_since >= IDLE_LIMIT_S:
+                    self._fail(f"made no progress for {now - idle_since:.0f} s during {what} (asleep, no CPU time "
+                               "used: wedged)")
+            if now >= deadline:
+                self._fail(f"did not {what} within {timeout_s:.0f} s")
+
+    def _fail(self, why: str) -> None:
+        pid = self._process.pid
+        self._kill()
+        raise WorkerError(f"{self.arch} worker (pid {pid}) {why} and was stopped")
+
+    def _receive(self, timeout_s: float, what: str) -> tuple:
+        self._watch(timeout_s, what)
         try:
             return self._conn.recv()
-        except (EOFError, ConnectionResetError):
+        except (EOFError, ConnectionResetError, OSError):
             self._process.join(5)
             code = self._process.exitcode
             self._kill()
-            raise WorkerError(f"{self.arch} worker died during {what} (exit code {code})") from None
+            raise WorkerError(f"{self.arch} worker died during {what} ({exit_description(code)})") from None
 
     def call(self, name: str, timeout_s: float = DEFAULT_TIMEOUT_S, **inputs: Any) -> dict:
         """Run computation `name` with `inputs` on this worker's backend and return its outputs."""
@@ -83,14 +188,18 @@ class BackendWorker:
         except (BrokenPipeError, OSError):
             self._kill()
             raise WorkerError(f"{self.arch} worker died before {name}") from None
-        status, payload = self._receive(timeout_s, name)
-        if status != "ok":
-            raise WorkerError(f"{self.arch} worker: {payload}")
-        return payload
+        reply = self._receive(timeout_s, name)
+        if reply[0] != "ok":
+            self._raise(reply)
+        return reply[1]
 
     @property
     def alive(self) -> bool:
         return self._process.is_alive()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._process.exitcode
 
     def _kill(self) -> None:
         if self._process.is_alive():
@@ -103,8 +212,9 @@ class BackendWorker:
         self._kill()
 
     def close(self) -> None:
-        """Ask the worker to stop; kill it if it does not."""
-        if self._process.is_alive():
+        """Ask the worker to stop; kill it if it does not (at once if it is stopped)."""
+        stat = _proc_stat(self._process.pid) if self._process.is_alive() else None
+        if self._process.is_alive() and not (stat and stat[0] in "Tt"):
             try:
                 self._conn.send(None)
             except (BrokenPipeError, OSError):

@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 OUT_DIR="${1:?usage: scripts/gpu_check.sh RESULTS_DIR [COPY_DIR]}"
 COPY_DIR="${2:-}"
 mkdir -p "$OUT_DIR"
-export SHANNON_QUIET=1 PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 status=0
 step() {  # step NAME TIMEOUT_S COMMAND...: run one step, log it, remember failure
   local name=$1 limit=$2; shift 2

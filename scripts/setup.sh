@@ -31,7 +31,7 @@ fi
 if [[ ! -x .venv/bin/python ]]; then "$PY" -m venv .venv; fi
 echo "== installing Python packages into .venv"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[dev,bench]"
+.venv/bin/python -m pip install -q -e ".[dev,bench,batch]"
 
 if (( run_headless )); then
   echo "== python -m app --headless $*"

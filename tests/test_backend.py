@@ -65,4 +65,5 @@ def test_ti_arch_override_is_caught():
     """TI_ARCH silently overrides Taichi's arch argument; we must refuse to run the wrong backend."""
     result = run_app("--headless", "--only", "affine", "--arch", "cpu", env={"TI_ARCH": "vulkan"})
     assert result.returncode == 2
-    assert error_lines(result) == ["error: backend cpu was requested but Taichi started vulkan (is TI_ARCH set?)"]
+    assert error_lines(result) == ["error: TI_ARCH=vulkan is set in the environment: Taichi would let it override the "
+                                   "backend asked for; unset it and use --arch or SHANNON_ARCH"]

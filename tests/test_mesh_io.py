@@ -6,7 +6,7 @@ import pytest
 import trimesh
 
 from engine.errors import UserError
-from engine.mesh_io import clean, load_mesh, write_obj
+from engine.mesh_io import clean, load_mesh, write_mesh
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
@@ -37,7 +37,7 @@ def test_glb_scene_is_concatenated_with_node_transforms(tmp_path):
 
 
 def test_normalise_false_keeps_coordinates(tmp_path):
-    write_obj(tmp_path / "t.obj", [[0, 0, 0], [3, 0, 0], [0, 5, 0]], [[0, 1, 2]])
+    write_mesh(tmp_path / "t.obj", [[0, 0, 0], [3, 0, 0], [0, 5, 0]], [[0, 1, 2]])
     mesh = load_mesh(tmp_path / "t.obj", normalise=False)
     np.testing.assert_array_equal(mesh.vertices, [[0, 0, 0], [3, 0, 0], [0, 5, 0]])
     assert mesh.scale == 1.0 and np.all(mesh.centre == 0)
@@ -59,15 +59,23 @@ def test_clean_merges_positions_and_drops_degenerate_faces():
     np.testing.assert_array_equal(f, [[0, 1, 2], [0, 1, 2]])
 
 
-def test_write_obj_round_trips(tmp_path):
+@pytest.mark.parametrize("ext, tol", [("obj", 1e-9), ("ply", 1e-6), ("stl", 1e-6), ("glb", 1e-6)])
+def test_write_mesh_round_trips_in_every_format(tmp_path, ext, tol):
     rng = np.random.default_rng(1)
     v = rng.normal(size=(10, 3))
     f = np.array([[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 0, 5]])
-    write_obj(tmp_path / "sub" / "m.obj", v, f, header="made by a test")
-    mesh = load_mesh(tmp_path / "sub" / "m.obj", normalise=False)
-    np.testing.assert_allclose(mesh.vertices, v, rtol=1e-8)
+    write_mesh(tmp_path / "sub" / f"m.{ext}", v, f, header="made by a test")
+    mesh = load_mesh(tmp_path / "sub" / f"m.{ext}", normalise=False)
+    np.testing.assert_allclose(mesh.vertices, v, rtol=tol, atol=tol)  # OBJ: 10 decimals; the binary ones float32
     np.testing.assert_array_equal(mesh.faces, f)
     assert not list((tmp_path / "sub").glob(".*")), "no temporary file left behind"
+    if ext == "obj":
+        assert (tmp_path / "sub" / "m.obj").read_text().startswith("# made by a test\n")
+
+
+def test_write_mesh_refuses_an_unknown_extension(tmp_path):
+    with pytest.raises(UserError, match=r"cannot write '\.off'"):
+        write_mesh(tmp_path / "m.off", np.eye(3), [[0, 1, 2]])
 
 
 def _png(path: Path) -> Path:

@@ -7,7 +7,7 @@ import pytest
 
 from app.cli import main as cli_main
 from app.scenes.shape_fit import ShapeFit, fit_gradient_at, load_target
-from engine.mesh_io import load_mesh, write_obj
+from engine.mesh_io import load_mesh, write_mesh
 from engine.meshgen import icosphere
 from tests.conftest import OTHER_ARCHS, backend_worker
 
@@ -36,10 +36,10 @@ def test_smoothing_falls_linearly_to_its_end_value(ti_cpu):
 
 def test_export_is_in_the_target_files_coordinates(ti_cpu, tmp_path):
     v, f = icosphere(2)
-    write_obj(tmp_path / "ball.obj", v * 5.0 + [10.0, -3.0, 2.0], f)
+    write_mesh(tmp_path / "ball.obj", v * 5.0 + [10.0, -3.0, 2.0], f)
     fit = ShapeFit(tmp_path / "ball.obj", subdiv=1, n_samples=256)
     assert np.abs(fit.target.vertices).max() == pytest.approx(1.0)
-    fit.export_obj(tmp_path / "out.obj")
+    fit.export_mesh(tmp_path / "out.obj")
     exported = load_mesh(tmp_path / "out.obj", normalise=False).vertices
     np.testing.assert_allclose(exported, fit.vertices() * 5.0 + [10.0, -3.0, 2.0], rtol=1e-6, atol=1e-6)
     fit.destroy()
@@ -74,7 +74,7 @@ def test_cli_defaults_to_the_recommended_schedule(ti_cpu, tmp_path, flags, expec
     (["--target", "nosuch"], "unknown target 'nosuch'"),
     (["--target", "blob", "--subdiv", "6"], "--subdiv must be an integer in 0..5"),
     (["--target", "blob", "--subdiv", "-1"], "--subdiv must be an integer in 0..5"),
-    (["--target", "blob", "--iters", "0"], "--iters must be at least 1"),
+    (["--target", "blob", "--iters", "0"], "--iters must be an integer in 1.."),
     (["--target", "blob", "--lr", "-1"], "--lr must be a positive number"),
     (["--target", "blob", "--smooth", "1.5"], "--smooth must be in 0..1"),
     (["--target", "blob", "--smooth-end", "-0.1"], "--smooth-end must be in 0..1"),

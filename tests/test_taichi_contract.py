@@ -33,3 +33,10 @@ def test_ndarray_autodiff_is_broken_on_vulkan_but_not_cpu():
     np.testing.assert_array_equal(backend_worker("cpu").call("tests.test_taichi_contract:ndarray_grad_probe")["dx"], 2.0)
     vulkan_dx = backend_worker("vulkan").call("tests.test_taichi_contract:ndarray_grad_probe")["dx"]
     assert np.all(vulkan_dx == 0.0), "Vulkan ndarray AD now works: the fields-only rule in engine/fields.py can be relaxed"
+
+
+def test_kernel_cache_is_not_evicted_at_taichi_default_size(ti_cpu):
+    # Taichi's default (100 MiB, oldest first) evicted this project's own kernels between runs.
+    from engine.backend import OFFLINE_CACHE_BYTES
+
+    assert ti.lang.impl.current_cfg().offline_cache_max_size_of_files == OFFLINE_CACHE_BYTES >= 1 << 30

@@ -29,7 +29,7 @@ def run(ctx) -> None:
             fit.step()
         wall = time.perf_counter() - started
         orders, misses = fit.orders(), fit.misses()
-        fit.export_obj(ctx.out / f"fit_{name}.obj")
+        fit.export_mesh(ctx.out / f"fit_{name}.obj")
         fit.destroy()
         ctx.metric(**{f"orders_{name}": round(orders, 4), f"wall_s_{name}": round(wall, 3)})
         ctx.check(orders >= MIN_ORDERS and misses == 0,

@@ -19,8 +19,8 @@ CLI: python -m app invert [--t T | --target-image PNG] [--set NAME=V,...] [--per
      [--seed S] [--optimise GROUP,...] [--iters N] [--lr LR] [--loss l2|l1] [--levels L]
      [--width W --height H] [--azimuth A --elevation E --distance D] [--arch A] [--out DIR]
      [--frame-every K]
-writes DIR/invert.json, DIR/loss.png, DIR/frames/iter_NNNNN.png (current | target | |difference|)
-and DIR/progress.gif.
+writes DIR/invert.json, DIR/loss.png and .svg, DIR/frames/iter_NNNNN.png (current | target | |difference|)
+and DIR/progress.gif. Ctrl-C stops after the current iteration and writes everything so far (exit 130).
 """
 from __future__ import annotations
 
@@ -233,9 +233,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _validate(args: argparse.Namespace) -> tuple[dict[str, float], dict[int, float], tuple[str, ...], Camera]:
-    from app.scenes.render_cli import check_camera
+def _camera(args: argparse.Namespace) -> Camera:
+    """The orbit camera of the --azimuth/--elevation/--distance flags (the ranges `render` accepts)."""
+    for flag, value, lo, hi in (("--azimuth", args.azimuth, -1e9, 1e9), ("--elevation", args.elevation, -89.0, 89.0),
+                                ("--distance", args.distance, 0.5, 100.0)):
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise UserError(f"{flag} {value:g} is out of range: choose {lo:g}..{hi:g}" if math.isfinite(value)
+                            else f"{flag} {value} is not a finite number")
+    return Camera(azimuth=args.azimuth, elevation=args.elevation, distance=args.distance)
 
+
+def _validate(args: argparse.Namespace) -> tuple[dict[str, float], dict[int, float], tuple[str, ...], Camera]:
     if not 0.0 <= args.t <= 1.0:
         raise UserError(f"--t {args.t} is outside the timeline: choose 0..1")
     check_view(args.width, args.height)
@@ -249,7 +257,7 @@ def _validate(args: argparse.Namespace) -> tuple[dict[str, float], dict[int, flo
         raise UserError(f"--edge-start {args.edge_start}: choose 1..4 pixel footprints")
     if args.target_image is not None and args.set:
         raise UserError("--set changes a rendered target; it cannot change --target-image")
-    camera = check_camera(args.azimuth, args.elevation, args.distance)
+    camera = _camera(args)
     perturb = scene_theta.parse_perturb(args.perturb)
     settings = scene_theta.parse_settings(args.set)
     groups = tuple(g.strip() for g in args.optimise.split(",") if g.strip()) if args.optimise else \
@@ -264,9 +272,11 @@ def _validate(args: argparse.Namespace) -> tuple[dict[str, float], dict[int, flo
 
 def main(argv: list[str]) -> int:
     """`python -m app invert ...` (see the module docstring)."""
-    from app.plot import loss_curve_png
+    from app.plot import write_loss_plot
     from app.scenes.robot_arm import theta_at
     from engine import atomic, backend, image_io
+    from engine.errors import Interrupted
+    from engine.interrupt import graceful_stop
     from engine.progress import bar
 
     args = _parser().parse_args(argv)
@@ -286,16 +296,16 @@ def main(argv: list[str]) -> int:
     start_loss = inv.image_loss(start)
     frames = []
     progress = bar(total=args.iters, desc=f"invert on {running.name}")
-    try:
+    with graceful_stop() as stop:  # Ctrl-C ends the loop; the work so far is written, marked interrupted
         for i in range(args.iters):
+            if stop:
+                break
             if i % args.frame_every == 0:
                 frames.append(_frame(inv, target, out, i))
             loss = inv.step()
             progress.set_postfix_str(f"loss {loss:.3e} joints {inv.errors[-1]['joints']:.2f} deg", refresh=False)
             progress.update()
-        interrupted = False
-    except KeyboardInterrupt:
-        interrupted = True
+    interrupted = bool(stop)
     progress.close()
     frames.append(_frame(inv, target, out, inv.iteration))
     wall = time.perf_counter() - started
@@ -304,8 +314,10 @@ def main(argv: list[str]) -> int:
     final_errors = scene_theta.group_errors(final, truth)
     orders = math.log10(start_loss / final_loss) if final_loss > 0 else float("inf")
     image_io.write_gif(out / "progress.gif", frames, fps=8.0)
-    loss_curve_png(out / "loss.png", inv.losses, f"inverse render on {running.name}: image loss {start_loss:.2e} -> "
-                                                  f"{final_loss:.2e} ({orders:.2f} orders)")
+    write_loss_plot(out / "loss", inv.losses, f"inverse render on {running.name}: image loss {start_loss:.2e} -> "
+                                              f"{final_loss:.2e} ({orders:.2f} orders)",
+                    mark=(inv.iteration, "interrupted") if interrupted else None,
+                    ylabel="optimised loss\n(L2 over the image pyramid, linear RGB)")
     record = {
         "arch": running.name, "backend": running.as_record(), "wall_s": round(wall, 3), "interrupted": interrupted,
         "target": {"t": args.t, "image": args.target_image, "set": args.set},
@@ -325,10 +337,11 @@ def main(argv: list[str]) -> int:
     print(f"invert on {running.name}: {inv.iteration} iterations in {wall:.1f} s, image loss {start_loss:.3e} -> "
           f"{final_loss:.3e} ({orders:.2f} orders); errors "
           + ", ".join(f"{g} {v:.3g} {scene_theta.UNITS[g]}" for g, v in final_errors.items() if g in groups)
-          + f"{' (interrupted: the work so far is written)' if interrupted else ''}; wrote {out}/invert.json, "
-            f"loss.png, frames/, progress.gif")
+          + f"; wrote {out}/invert.json, loss.png/.svg, frames/, progress.gif")
     inv.destroy()
-    return 130 if interrupted else 0
+    if interrupted:
+        raise Interrupted(stop.signal_name, f"after {inv.iteration} iterations; {out}/ holds the work so far")
+    return 0
 
 
 def _frame(inv: InverseRender, target: np.ndarray, out: Path, iteration: int) -> np.ndarray:

@@ -1,93 +1,213 @@
-"""`python -m app render`: render the robot-arm scene to files.
+"""Render the robot-arm scene to image files (one frame, or an animation).
 
-One frame (default t = 0.5, 2048x1024): `frame.png` (sRGB), `frame.npy` (linear float32
-RGB) and with `--aov all` also `depth.png`, `normals.png`, `steps.png` (march-step
-heatmap). `--frames N` renders N frames over t in [0, 1] into `frames/frame_0000.png`...
-and `animation.gif`, with a progress bar. The backend that actually ran is printed.
-Bad flags (sizes out of 1..16384 or beyond memory, t outside [0, 1]) are one-line errors.
+One frame (default t = 0.5, 2048x1024): `frame.png` (sRGB); with `--aov all` also
+`depth.png` (inverse depth: white = nearest hit, dark grey = farthest, black = no hit),
+`normals.png` (0.5 + 0.5 n, world space) and `steps.png` (march-step heat map). Each
+AOV PNG names the range of values it encodes in a PNG text chunk, and `render.json`
+records them with the settings and the backend that ran. Float outputs are opt-in:
+`--float npy|exr` adds `frame.npy|exr` (linear float32 RGB) and, with `--aov all`,
+`depth` (metres along the ray; escaped rays hold the march's far limit) and `normals`.
+
+`--frames N` renders N frames over t in [0, 1] into `frames/frame_0000.png`... and
+`animation.gif` / `animation.mp4` (`--video`), with a progress bar.
+
+Every flag is checked before the backend starts (sizes within 1..16384 and memory,
+finite numbers in range, a writable output folder that no other run is using).
+SIGINT/SIGTERM: the frame in progress finishes, the frames done and their animation are
+written, `render.json` says `"interrupted": true`, and the exit code is 130.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
 from app.cli import add_arch_argument
-from app.scenes.robot_arm import scene_at
-from engine import backend, image_io
-from engine.errors import UserError
-from engine.progress import bar
-from engine.render import MAX_DEPTH, MAX_STEPS, Camera, Renderer, check_size
+from engine import atomic, image_io, output_dir
+from engine.errors import Interrupted, UserError
+from engine.interrupt import StopFlag, graceful_stop
 
 MAX_FRAMES = 10000
+FPS_RANGE = (0.1, 50.0)  # a GIF stores delays in hundredths of a second; browsers slow delays under 2/100 s
+VIDEO_FORMATS = ("gif", "mp4")
+ANIMATION_BUDGET = 4 * 2**30  # bytes of frames held for the GIF/MP4 encoders
+OUTPUTS = ("frame.png", "frame.npy", "frame.exr", "depth.png", "depth.npy", "depth.exr", "normals.png", "normals.npy",
+           "normals.exr", "steps.png", "render.json", "animation.gif", "animation.mp4", "frames/frame_*.png")
 
 
-def _parser() -> argparse.ArgumentParser:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `render` flags (see the module docstring)."""
+    from engine.render import Camera
+
     defaults = Camera()
-    p = argparse.ArgumentParser(prog="python -m app render", description=__doc__.splitlines()[0])
-    p.add_argument("--t", type=float, default=0.5, help="time on the timeline, 0..1 (default 0.5)")
-    p.add_argument("--width", type=int, default=2048)
-    p.add_argument("--height", type=int, default=1024)
-    p.add_argument("--azimuth", type=float, default=defaults.azimuth, help="degrees; 0 faces the sign")
-    p.add_argument("--elevation", type=float, default=defaults.elevation, help="degrees above the horizon")
-    p.add_argument("--distance", type=float, default=defaults.distance, help="metres from the target")
-    p.add_argument("--frames", type=int, default=0, help="render an N-frame animation over t in [0, 1]")
-    p.add_argument("--fps", type=float, default=24.0, help="GIF frame rate (default 24)")
-    p.add_argument("--aov", choices=("none", "all"), default="none", help="also write depth, normals, steps")
-    p.add_argument("--out", default="out/render", help="output folder (default out/render)")
-    add_arch_argument(p)
-    return p
+    scene = parser.add_argument_group("scene and camera")
+    scene.add_argument("--t", type=float, default=0.5, help="time on the timeline, 0..1 (default 0.5)")
+    scene.add_argument("--azimuth", type=float, default=defaults.azimuth,
+                       help=f"camera degrees around the target; 0 faces the sign (default {defaults.azimuth:g})")
+    scene.add_argument("--elevation", type=float, default=defaults.elevation,
+                       help=f"camera degrees above the horizon, -89..89 (default {defaults.elevation:g})")
+    scene.add_argument("--distance", type=float, default=defaults.distance,
+                       help=f"camera metres from the target, 0.5..100 (default {defaults.distance:g})")
+    image = parser.add_argument_group("image")
+    image.add_argument("--width", type=int, default=2048, help="pixels, 1..16384 (default 2048)")
+    image.add_argument("--height", type=int, default=1024, help="pixels, 1..16384 (default 1024)")
+    image.add_argument("--aov", choices=("none", "all"), default="none",
+                       help="also write depth, normals and march steps (default none)")
+    image.add_argument("--float", choices=("none", *image_io.FLOAT_FORMATS), default="none", dest="float_format",
+                       help="also write linear float32 data: the frame (and with --aov all, depth and normals) as "
+                            ".npy or .exr (default none)")
+    animation = parser.add_argument_group("animation")
+    animation.add_argument("--frames", type=int, default=0, metavar="N",
+                           help=f"render an N-frame animation over t in [0, 1] (1..{MAX_FRAMES}; default 0: one frame)")
+    animation.add_argument("--fps", type=float, default=24.0,
+                           help=f"animation frame rate, {FPS_RANGE[0]:g}..{FPS_RANGE[1]:g} (default 24; the GIF "
+                                "rounds its delay to hundredths of a second)")
+    animation.add_argument("--video", default="gif,mp4", metavar="FORMATS",
+                           help="animation files: gif, mp4, both (gif,mp4, the default) or none")
+    run_group = parser.add_argument_group("run")
+    add_arch_argument(run_group)
+    run_group.add_argument("--out", default="out/render", metavar="DIR", help="output folder (default out/render)")
 
 
-def _validate(args: argparse.Namespace) -> Camera:
+def _number(flag: str, value: float, lo: float | None = None, hi: float | None = None, unit: str = "") -> float:
+    if not math.isfinite(value):
+        raise UserError(f"{flag} {value} is not a finite number")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise UserError(f"{flag} {value:g} is out of range: choose {lo:g}..{hi:g}{unit}")
+    return value
+
+
+def _videos(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(name.strip().lower() for name in text.split(",") if name.strip()))
+    if names == ("none",):
+        return ()
+    bad = [name for name in names if name not in VIDEO_FORMATS]
+    if bad or not names:
+        raise UserError(f"--video '{text}': choose gif, mp4, gif,mp4 or none")
+    return names
+
+
+def _validate(args: argparse.Namespace) -> tuple:
+    """Everything checkable before the backend starts; returns (camera, videos, bytes needed on disk)."""
+    from engine import backend
+    from engine.render import Camera, check_size
+
+    backend.check_requested(args.arch)
     check_size(args.width, args.height)
-    if not 0.0 <= args.t <= 1.0:
-        raise UserError(f"--t {args.t} is outside the timeline: choose 0..1")
-    if args.frames < 0 or args.frames > MAX_FRAMES:
+    _number("--t", args.t, 0.0, 1.0, " (the timeline)")
+    _number("--azimuth", args.azimuth)
+    _number("--elevation", args.elevation, -89.0, 89.0, " degrees")
+    _number("--distance", args.distance, 0.5, 100.0, " metres")
+    _number("--fps", args.fps, *FPS_RANGE, " frames per second")
+    if not 0 <= args.frames <= MAX_FRAMES:
         raise UserError(f"--frames {args.frames} is out of range: choose 0..{MAX_FRAMES}")
-    if args.fps <= 0:
-        raise UserError(f"--fps {args.fps} must be positive")
-    return check_camera(args.azimuth, args.elevation, args.distance)
+    single = [flag for flag, on in (("--aov all", args.aov == "all"), ("--float", args.float_format != "none")) if on]
+    if args.frames and single:
+        verb = "applies" if len(single) == 1 else "apply"
+        raise UserError(f"{' and '.join(single)} {verb} to a single frame: leave out --frames, or {' and '.join(single)}")
+    videos = _videos(args.video) if args.frames else ()
+    frame_bytes = args.width * args.height * 3
+    if videos and args.frames * frame_bytes > ANIMATION_BUDGET:
+        raise UserError(f"--frames {args.frames} at {args.width}x{args.height} holds "
+                        f"{args.frames * frame_bytes / 2**30:.1f} GiB of frames for the animation "
+                        f"(limit {ANIMATION_BUDGET / 2**30:.0f} GiB): fewer frames, a smaller size, or --video none")
+    floats = 0 if args.float_format == "none" else frame_bytes * 4 * (7 / 3 if args.aov == "all" else 1)
+    need = (max(args.frames, 1) * frame_bytes + floats) // 2 + output_dir.MIN_FREE_BYTES  # PNGs compress ~2x or more
+    camera = Camera(azimuth=args.azimuth, elevation=args.elevation, distance=args.distance)
+    return camera, videos, int(need)
 
 
-def check_camera(azimuth: float, elevation: float, distance: float) -> Camera:
-    """The orbit camera of the --azimuth/--elevation/--distance flags; UserError naming a flag out of range."""
-    if not 0.5 <= distance <= 100.0:
-        raise UserError(f"--distance {distance} is out of range: choose 0.5..100 metres")
-    if not -89.0 <= elevation <= 89.0:
-        raise UserError(f"--elevation {elevation} is out of range: choose -89..89 degrees")
-    return Camera(azimuth=azimuth, elevation=elevation, distance=distance)
+def _aov_labels(renderer) -> dict[str, str]:
+    """What each AOV PNG encodes, in words with its value range (PNG text chunk and render.json)."""
+    from engine.render import MAX_DEPTH, MAX_STEPS
+
+    span = image_io.depth_range(renderer.depth(), MAX_DEPTH)
+    depth = ("no ray hit anything" if span is None else
+             f"inverse depth: white = nearest hit {span[0]:.4g} m, dark grey = farthest hit {span[1]:.4g} m "
+             f"(grey level linear in 1/depth), black = no hit")
+    return {"depth.png": depth,
+            "normals.png": "world-space unit normal n as RGB = 0.5 + 0.5 n, each channel -1..1 (y up; +z "
+                           "towards the camera at azimuth 0); black = no hit",
+            "steps.png": f"ray-march steps per pixel, 0 (dark blue) .. {MAX_STEPS} (yellow), viridis-like ramp"}
 
 
-def _write_aovs(renderer: Renderer, out: Path) -> None:
-    image_io.write_png(out / "depth.png", image_io.depth_image(renderer.depth(), MAX_DEPTH))
-    image_io.write_png(out / "normals.png", image_io.normal_image(renderer.normals()))
-    image_io.write_png(out / "steps.png", image_io.heatmap(renderer.steps(), 0, MAX_STEPS))
+def _write_frame(renderer, out: Path, rgb, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """One frame's files; returns their names and the AOV labels."""
+    from engine.render import MAX_DEPTH, MAX_STEPS
+
+    written = ["frame.png"]
+    image_io.write_linear_png(out / "frame.png", rgb)
+    floats = args.float_format != "none"
+    if floats:
+        image_io.write_float(out / f"frame.{args.float_format}", rgb)
+        written.append(f"frame.{args.float_format}")
+    if args.aov != "all":
+        return written, {}
+    labels = _aov_labels(renderer)
+    images = {"depth.png": image_io.depth_image(renderer.depth(), MAX_DEPTH),
+              "normals.png": image_io.normal_image(renderer.normals()),
+              "steps.png": image_io.heatmap(renderer.steps(), 0, MAX_STEPS)}
+    for name, pixels in images.items():
+        image_io.write_png(out / name, pixels, text={"Description": labels[name], "Software": "shannon-autograd"})
+        written.append(name)
+    if floats:
+        for name, data in (("depth", renderer.depth()), ("normals", renderer.normals())):
+            image_io.write_float(out / f"{name}.{args.float_format}", data)
+            written.append(f"{name}.{args.float_format}")
+    return written, labels
 
 
-def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    camera = _validate(args)
+def run(args: argparse.Namespace) -> int:
+    """`python -m app render ...` (see the module docstring)."""
+    camera, videos, need = _validate(args)
+    with output_dir.claim(args.out, "render", OUTPUTS, need_bytes=need) as folder, graceful_stop() as stop:
+        return _render(args, camera, videos, folder.path, stop)
+
+
+def _render(args: argparse.Namespace, camera, videos: tuple[str, ...], out: Path, stop: StopFlag) -> int:
+    from app.scenes.robot_arm import scene_at
+    from engine import backend
+    from engine.progress import bar
+    from engine.render import Renderer
+
     running = backend.init(args.arch)
-    out = Path(args.out)
     renderer = Renderer(args.width, args.height)
+    started = time.perf_counter()
+    record = {"t": args.t, "width": args.width, "height": args.height, "camera": {
+        "azimuth": camera.azimuth, "elevation": camera.elevation, "distance": camera.distance},
+        "arch": running.name, "backend": running.as_record(), "frames": args.frames}
     if args.frames == 0:
-        started = time.perf_counter()
         rgb = renderer.render(scene_at(args.t), camera)
-        image_io.write_linear_png(out / "frame.png", rgb)
-        image_io.write_npy(out / "frame.npy", rgb)
-        if args.aov == "all":
-            _write_aovs(renderer, out)
-        print(f"rendered t={args.t:g} at {args.width}x{args.height} on {running.name} in "
-              f"{time.perf_counter() - started:.2f} s (kernel {renderer.last_ms:.0f} ms) -> {out}/frame.png")
-        return 0
-    frames = []
-    for i in bar(range(args.frames), desc=f"rendering {args.frames} frames on {running.name}"):
-        t = i / max(args.frames - 1, 1)
-        pixels = image_io.srgb8(renderer.render(scene_at(t), camera))
-        image_io.write_png(out / "frames" / f"frame_{i:04d}.png", pixels)
-        frames.append(pixels)
-    image_io.write_gif(out / "animation.gif", frames, fps=args.fps)
-    print(f"rendered {args.frames} frames at {args.width}x{args.height} on {running.name} "
-          f"-> {out}/frames/ and {out}/animation.gif")
+        written, labels = _write_frame(renderer, out, rgb, args)
+        record.update(aovs=labels)
+        summary = (f"rendered t={args.t:g} at {args.width}x{args.height} on {running.name} in "
+                   f"{time.perf_counter() - started:.2f} s (kernel {renderer.last_ms:.0f} ms) -> {out}/frame.png")
+    else:
+        frames, written, done = [], [], 0
+        for i in bar(range(args.frames), desc=f"rendering {args.frames} frames on {running.name}"):
+            if stop:
+                break
+            pixels = image_io.srgb8(renderer.render(scene_at(i / max(args.frames - 1, 1)), camera))
+            image_io.write_png(out / "frames" / f"frame_{i:04d}.png", pixels)
+            written.append(f"frames/frame_{i:04d}.png")
+            done += 1
+            if videos:
+                frames.append(pixels)
+        writers = {"gif": image_io.write_gif, "mp4": image_io.write_mp4}
+        animations = [f"animation.{fmt}" for fmt in videos] if frames else []
+        for name in animations:
+            writers[name.split(".")[1]](out / name, frames, fps=args.fps)
+        written += animations
+        record.update(frames_done=done, fps=args.fps,
+                      gif_delay_ms=image_io.gif_delay_ms(args.fps) if "gif" in videos else None)
+        summary = (f"rendered {done} frames at {args.width}x{args.height} on {running.name} -> {out}/frames/"
+                   + "".join(f" and {out}/{name}" for name in animations))
+    record.update(wall_s=round(time.perf_counter() - started, 3), interrupted=bool(stop),
+                  signal=stop.signal_name or None, files=written)
+    atomic.write_json(out / "render.json", record)
+    if stop:
+        raise Interrupted(stop.signal_name, f"{len(written)} file(s) written to {out}/, render.json marked "
+                                            "\"interrupted\": true")
+    print(summary)
     return 0

@@ -10,7 +10,7 @@ The reusable loop the CLI, the headless claims and the GUI drive:
     fit.vertices(), fit.faces      # current mesh, in the target's normalised frame
     fit.target                     # engine.mesh_io.Mesh (normalised) the fit chases
     fit.tape.entries               # the last iteration's launches (tape inspector)
-    fit.export_obj("final.obj")    # in the target file's original coordinates
+    fit.export_mesh("final.obj")   # in the target file's original coordinates (.obj .ply .stl .glb)
     fit.destroy()
 
 One iteration (`step`): refit the source BVH and find both directions' closest points
@@ -27,29 +27,24 @@ Targets: `blob` and `torus` (engine.meshgen), `spot`, `blub`, `penguin` (assets/
 or any OBJ/PLY/STL/OFF/GLB path; every target is normalised into [-1, 1]^3 and the
 source starts as the unit icosphere.
 
-CLI: python -m app fit --target NAME|PATH [--subdiv S] [--iters N] [--lr LR] [--smooth L]
-     [--smooth-end L1] [--samples N] [--seed S] [--arch A] [--out DIR] [--dump-every K]
-(defaults: the recommended settings of app.scenes.fit_settings)
-writes DIR/fit.json, DIR/final.obj, DIR/loss.png and every K iterations DIR/frames/iter_NNNNN.obj.
+A fit whose loss becomes NaN or infinite raises `FitDiverged` (a `UserError`) from `step`.
+A whole run with its files (the `fit` command, and `run_fit` for scripts): `app.scenes.fit_run`.
 """
 from __future__ import annotations
 
-import argparse
 import math
-import time
 from pathlib import Path
 
 import numpy as np
 import taichi as ti
 
-from app.scenes.fit_settings import (MAX_SUBDIV, RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH,
-                                     RECOMMENDED_SMOOTH_END, REAL_TARGETS, TARGETS)
+from app.scenes.fit_settings import REAL_TARGETS, TARGETS, check_subdiv_lr_smooth
 from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
 from engine.chamfer import ChamferLoss, LaplacianSmoother
 from engine.errors import UserError
 from engine.fields import FieldGroup
-from engine.mesh_io import Mesh, load_mesh, make_mesh, write_obj
+from engine.mesh_io import Mesh, load_mesh, make_mesh, write_mesh
 from engine import meshgen
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -74,16 +69,12 @@ def default_samples(n_faces: int) -> int:
     return max(4096, 2 * n_faces)
 
 
-def check_settings(subdiv: int, lr: float, smooth: float, smooth_end: float | None = None) -> None:
-    """UserError for settings no fit can run with (named as the CLI flags)."""
-    if isinstance(subdiv, bool) or not isinstance(subdiv, int) or not 0 <= subdiv <= MAX_SUBDIV:
-        raise UserError(f"--subdiv must be an integer in 0..{MAX_SUBDIV}, got {subdiv!r}")
-    if not (lr > 0 and math.isfinite(lr)):
-        raise UserError(f"--lr must be a positive number, got {lr}")
-    if not 0.0 <= smooth <= 1.0:
-        raise UserError(f"--smooth must be in 0..1 (a Laplacian step size), got {smooth}")
-    if smooth_end is not None and not 0.0 <= smooth_end <= 1.0:
-        raise UserError(f"--smooth-end must be in 0..1 (a Laplacian step size), got {smooth_end}")
+class FitDiverged(UserError):
+    """The loss became NaN or infinite at `iteration`: the fit cannot go on (lower the learning rate)."""
+
+    def __init__(self, iteration: int, loss: float):
+        super().__init__(f"the fit diverged at iteration {iteration} (loss {loss}): lower --lr")
+        self.iteration, self.loss = iteration, loss
 
 
 class ShapeFit:
@@ -92,7 +83,7 @@ class ShapeFit:
     def __init__(self, target: str | Path, subdiv: int = 3, lr: float = 0.01, smooth: float = 0.0, seed: int = 0,
                  n_samples: int | None = None, profile: bool = False, smooth_end: float | None = None,
                  schedule_iters: int = 400):
-        check_settings(subdiv, lr, smooth, smooth_end)
+        check_subdiv_lr_smooth(subdiv, lr, smooth, smooth_end)
         self.target = load_target(target)
         self.target_name = str(target)
         self.subdiv, self.lr, self.smooth, self.seed = subdiv, lr, smooth, seed
@@ -132,7 +123,7 @@ class ShapeFit:
         """One iteration (see the module docstring); returns the loss before the update."""
         value = self.evaluate()
         if not math.isfinite(value):
-            raise UserError(f"the fit diverged at iteration {self.iteration} (loss {value}): lower --lr")
+            raise FitDiverged(self.iteration, value)
         self.optimiser.step()
         if self.smoother is not None:
             self.smoother.step(self.smoothing())
@@ -162,9 +153,9 @@ class ShapeFit:
     def misses(self) -> int:
         return self.loss.misses()
 
-    def export_obj(self, path: str | Path) -> None:
-        """The current mesh in the target file's original coordinates, written atomically."""
-        write_obj(path, self.target.to_original(self.vertices()), self.faces,
+    def export_mesh(self, path: str | Path) -> None:
+        """The current mesh in the target file's original coordinates, written atomically (format by extension)."""
+        write_mesh(path, self.target.to_original(self.vertices()), self.faces,
                   header=f"shape fit onto {self.target_name}, iteration {self.iteration}")
 
     def destroy(self) -> None:
@@ -199,81 +190,3 @@ def fit_gradient_at(target: np.ndarray, subdiv: np.ndarray, n_samples: np.ndarra
     fit.x.from_numpy(np.asarray(vertices, np.float32))
     fit.loss.restart_at_current_vertices()
     return {"loss": np.array(fit.evaluate()), "grad": fit.x.grad.to_numpy(), "misses": np.array(fit.misses())}
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 2, like every other bad input
-        raise UserError(f"python -m app fit: {message} (see --help)")
-
-
-def _parser() -> argparse.ArgumentParser:
-    from app.cli import add_arch_argument
-
-    parser = _Parser(prog="python -m app fit",
-                                     description="Shrink-wrap an icosphere onto a target mesh (Chamfer through the BVH + Adam).")
-    parser.add_argument("--target", required=True, metavar="NAME|PATH",
-                        help=f"{', '.join(TARGETS)}, or an OBJ/PLY/STL/OFF/GLB file")
-    parser.add_argument("--subdiv", type=int, default=3, help=f"icosphere subdivision 0..{MAX_SUBDIV} (default 3: 642 vertices)")
-    parser.add_argument("--iters", type=int, default=RECOMMENDED_ITERS, help=f"iterations (default {RECOMMENDED_ITERS})")
-    parser.add_argument("--lr", type=float, default=RECOMMENDED_LR, help=f"Adam learning rate (default {RECOMMENDED_LR})")
-    parser.add_argument("--smooth", type=float, default=None, metavar="LAMBDA",
-                        help="Laplacian shrink-wrap step after each update, 0..1, 0 for none "
-                             f"(default {RECOMMENDED_SMOOTH}, falling to {RECOMMENDED_SMOOTH_END})")
-    parser.add_argument("--smooth-end", type=float, default=None, metavar="LAMBDA1",
-                        help="let the step fall linearly from --smooth to this over --iters "
-                             "(default: constant when --smooth is given)")
-    parser.add_argument("--samples", type=int, default=None, help="target surface samples (default: max(4096, 2 F))")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the target samples (default 0)")
-    add_arch_argument(parser)
-    parser.add_argument("--out", default="out/fit", help="output folder (default out/fit)")
-    parser.add_argument("--dump-every", type=int, default=0, metavar="K", help="write a frame OBJ every K iterations")
-    return parser
-
-
-def main(argv: list[str]) -> int:
-    """`python -m app fit ...` (see the module docstring)."""
-    from app.plot import loss_curve_png
-    from engine import atomic, backend
-    from engine.progress import bar
-
-    args = _parser().parse_args(argv)
-    if args.smooth is None:
-        args.smooth = RECOMMENDED_SMOOTH
-        args.smooth_end = RECOMMENDED_SMOOTH_END if args.smooth_end is None else args.smooth_end
-    if args.iters < 1:
-        raise UserError(f"--iters must be at least 1, got {args.iters}")
-    if args.dump_every < 0:
-        raise UserError(f"--dump-every must be 0 (off) or positive, got {args.dump_every}")
-    if args.samples is not None and args.samples < 1:
-        raise UserError(f"--samples must be positive, got {args.samples}")
-    check_settings(args.subdiv, args.lr, args.smooth, args.smooth_end)
-    load_target(args.target)  # bad settings and targets fail before the backend starts
-    running = backend.init(args.arch)
-    out = Path(args.out)
-    fit = ShapeFit(args.target, args.subdiv, args.lr, args.smooth, args.seed, args.samples,
-                   smooth_end=args.smooth_end, schedule_iters=args.iters)
-    started = time.perf_counter()
-    progress = bar(total=args.iters, desc=f"fit {fit.target.name}")
-    for i in range(args.iters):
-        if args.dump_every and i % args.dump_every == 0:
-            fit.export_obj(out / "frames" / f"iter_{i:05d}.obj")
-        loss = fit.step()
-        progress.set_postfix_str(f"loss {loss:.3e}", refresh=False)
-        progress.update()
-    progress.close()
-    wall = time.perf_counter() - started
-    fit.export_obj(out / "final.obj")
-    title = f"Chamfer loss, {fit.target.name}, subdiv {args.subdiv}, {running.name}: {fit.orders():.2f} orders"
-    loss_curve_png(out / "loss.png", fit.losses, title)
-    record = {
-        "target": args.target, "target_name": fit.target.name, "arch": running.name, "backend": running.as_record(),
-        "subdiv": args.subdiv, "vertices": fit.x.shape[0], "iterations": args.iters, "lr": args.lr,
-        "smooth": args.smooth, "smooth_end": fit.smooth_end, "samples": fit.n_samples, "seed": args.seed, "wall_s": round(wall, 3),
-        "orders": fit.orders(), "misses": fit.misses(), "losses": fit.losses,
-    }
-    atomic.write_json(out / "fit.json", record)
-    print(f"fit {fit.target.name} on {running.name}: {args.iters} iterations in {wall:.1f} s, loss "
-          f"{fit.losses[0]:.3e} -> {fit.losses[-1]:.3e} ({fit.orders():.2f} orders), misses {fit.misses()}; "
-          f"wrote {out}/fit.json, final.obj, loss.png")
-    fit.destroy()
-    return 0

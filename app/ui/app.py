@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
+import logging
 import os
-import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
-from engine.errors import UserError
+from engine.errors import Interrupted, UserError
+from engine.interrupt import StopFlag, graceful_stop
 
+log = logging.getLogger(__name__)
 WINDOW_TITLES = {"raymarch": "Ray march", "fit": "Shape fit", "parity": "Parity", "tape": "Tape",
                  "invert": "Inverse render"}
 SOFTWARE_GL = ("llvmpipe", "softpipe", "swiftshader")  # GL renderers that draw on the CPU
@@ -57,10 +60,16 @@ def require_display() -> None:
     The connection stays open: an X server started without -noreset (xvfb-run's default)
     resets when its last client disconnects, and a window opened during that reset fails
     (measured: half of back-to-back `xvfb-run python -m app` runs, when this closed it).
+    A $WAYLAND_DISPLAY counts only when its socket exists; one that names no socket is
+    said to be the problem when there is no X display to fall back on.
     """
-    if os.environ.get("WAYLAND_DISPLAY") or _held_display:
+    wayland = os.environ.get("WAYLAND_DISPLAY")
+    if _held_display or (wayland and _wayland_socket(wayland).is_socket()):
         return
     display = os.environ.get("DISPLAY")
+    if not display and wayland:
+        raise UserError(f"no display: WAYLAND_DISPLAY={wayland} names no Wayland socket ({_wayland_socket(wayland)} "
+                        "does not exist): use --headless or run under Xvfb")
     if not display:
         raise UserError("no display: use --headless or run under Xvfb")
     try:
@@ -78,6 +87,11 @@ def require_display() -> None:
         raise UserError(f"no OpenGL on DISPLAY={display} (its X server has no GLX extension): "
                         "use --headless, or an X server with GLX (Xvfb has it by default)")
     _held_display.append(connection)  # only a display that passed: a later call asks again otherwise
+
+
+def _wayland_socket(name: str) -> Path:
+    """Where a Wayland client looks for the compositor: $WAYLAND_DISPLAY itself if absolute, else in $XDG_RUNTIME_DIR."""
+    return Path(name) if os.path.isabs(name) else Path(os.environ.get("XDG_RUNTIME_DIR", "/run/user/0")) / name
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -133,39 +147,25 @@ def _docking(panel: str | None):
                     "invert": "InvertSpace"}
 
 
-def resolve_archs(arch: str | None, parity_arch: str | None) -> tuple[str, str]:
-    """The requested primary arch and the parity arch (default: the natural partner of the primary).
-
-    Resolving `auto` here needs no Taichi: the UI process never imports it.
-    """
-    from app.headless import default_parity_arch
-    from engine import backend
-
-    requested = backend.requested_arch(arch)
-    primary = requested
-    if requested == "auto":
-        primary = "cuda" if backend.cuda_unavailable_reason() is None else "cpu"
-    parity = backend.requested_arch(parity_arch) if parity_arch else default_parity_arch(primary)
-    if parity == "auto":
-        raise UserError("--parity-arch must name a backend (cuda, vulkan or cpu), not auto")
-    if "cuda" in (requested, parity) and (reason := backend.cuda_unavailable_reason()):
-        raise UserError(f"backend cuda is not available: {reason}")  # as headless says it, before any window
-    return requested, parity
-
-
 def launch_app(args) -> int:
     """The CLI's GUI branch: check the flags and the display, then open the window."""
     from app.ui.state import PANELS
+    from engine import backend, output_dir
 
     if args.panel is not None and args.panel not in PANELS:
         raise UserError(f"--panel '{args.panel}': choose one of {', '.join(PANELS)}")
     if args.frames is not None and args.frames < 1:
         raise UserError(f"--frames {args.frames}: must be at least 1")
     size = parse_size(args.size)
-    arch, parity_arch = resolve_archs(args.arch, args.parity_arch)
+    arch, parity_arch = backend.resolve_archs(args.arch, args.parity_arch)
+    if args.screenshot is not None:
+        output_dir.check_output_file(args.screenshot, "--screenshot")  # before a window opens, not after the run
     require_display()
     run = run_app(AppOptions(arch=arch, parity_arch=parity_arch, frames=args.frames,
                              screenshot=args.screenshot, panel=args.panel, size=size))
+    if args.frames is not None and run.state.primary_status.startswith("unavailable"):
+        what = "stopped" if run.state.backend else "never started"
+        raise UserError(f"the {arch} backend {what}: {run.state.primary_status.split(': ', 1)[-1]}")
     if args.frames is not None:
         print(run.summary() + (f"; screenshot {args.screenshot}" if args.screenshot else ""))
     return run.exit_code
@@ -217,7 +217,7 @@ class _FrameClock:
             self.warm_renders = state.raymarch.frames_rendered
         elif waited > self.next_report_s:  # say what a long start-up waits for (first runs compile for minutes)
             self.next_report_s += WARM_REPORT_S
-            print(f"still waiting after {waited:.0f} s for: {'; '.join(warm_blockers(state))}", file=sys.stderr)
+            log.info("still waiting after %.0f s for: %s", waited, "; ".join(warm_blockers(state)))
 
 
 def run_app(options: AppOptions) -> AppRun:
@@ -240,6 +240,8 @@ def run_app(options: AppOptions) -> AppRun:
     scripted = options.frames is not None or options.test_function is not None
 
     def before_frame() -> None:
+        if stop:  # SIGINT/SIGTERM: close the window like its close button, then say so (exit code 130)
+            params.app_shall_exit = True
         controller.tick(state, clock.tick())
         state.frame += 1
         state.ui_fps = imgui.get_io().framerate
@@ -298,6 +300,7 @@ def run_app(options: AppOptions) -> AppRun:
     params.callbacks.before_exit = controller.close
     controller.start(state)
     addons = immapp.AddOnsParams(with_implot=True)
+    stop = StopFlag()
     try:
         if options.test_function is not None:
             from imgui_bundle.immapp import testing
@@ -310,7 +313,8 @@ def run_app(options: AppOptions) -> AppRun:
             testing.run(test_function=lambda ctx: options.test_function(ctx, state),
                         runner_params=params, add_ons_params=addons)
         else:
-            immapp.run(params, addons)
+            with graceful_stop(stop):
+                immapp.run(params, addons)
     except RuntimeError as exc:
         if gfx:  # the window was up: a failure while running, keep its traceback
             raise
@@ -319,6 +323,8 @@ def run_app(options: AppOptions) -> AppRun:
                         "or use --headless)") from None
     finally:
         controller.close()
+    if stop:
+        raise Interrupted(stop.signal_name, "the window was closed")
     run = AppRun(0, state)
     if clock.warm_frame is not None:
         run.warm_frames, run.warm_seconds = state.frame - clock.warm_frame, clock.last - clock.warm_at

@@ -52,12 +52,6 @@ HIDDEN_VIEW_PX = (640, 360)  # frames for the parity panel when the ray-march pa
 LAYOUT_FRAMES = 3  # the docked panels have their sizes after this many frames
 
 
-def user_message(error: str) -> str:
-    """A worker's error as the user should read it: a UserError's own line, else the whole report."""
-    marker = "UserError: "
-    return error.split(marker, 1)[1] if marker in error else error
-
-
 def _parity_post(answer: Answer) -> None:
     """Parity link: compare B's answer with A's (carried in the request context), off the UI thread."""
     reference, atol = answer.request.context[:2]
@@ -138,7 +132,7 @@ class Controller:
         name = answer.request.name.rsplit(":", 1)[-1]
         self._first_calls[self.primary].discard(name)
         if answer.outputs is None:
-            message = user_message(answer.error)
+            message = answer.error  # one line: a worker's UserError as it is, or what failed in it
             if name == "render_frame":
                 state.raymarch.error = message
             elif name.startswith("invert"):
@@ -233,7 +227,7 @@ class Controller:
         self._first_calls[self.parity].discard(answer.request.name.rsplit(":", 1)[-1])
         view = state.parity
         if answer.outputs is None:
-            failed = f"parity comparison failed: {user_message(answer.error)}"
+            failed = f"parity comparison failed: {answer.error}"
             if answer.request.slot == "grad":
                 view.grad_summary = failed
                 self._grad_in_flight = False

@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from engine.worker import BackendWorker, WorkerError
+from engine.worker import BackendWorker, WorkerError, exit_description
 
 WORKER_NICE = 10  # scheduling priority of the backend workers relative to the window
 
@@ -108,6 +108,9 @@ class WorkerLink:
                     self._idle_turn = False
                     return idle
                 self._wake.wait(0.5)
+                if self._worker is not None and not self._worker.alive:  # died between calls: say so, stop
+                    self.status = f"unavailable: the {self.arch} worker died ({exit_description(self._worker.exitcode)})"
+                    return None
             return None
 
     def _run(self) -> None:

@@ -89,10 +89,10 @@ def fit_gradient() -> dict:
 
 
 def fit_export(path: str) -> dict:
-    """Write the current fitted mesh as an OBJ file (atomically)."""
+    """Write the current fitted mesh (atomically; OBJ, PLY, STL or GLB by the extension of `path`)."""
     if _fit is None:
         raise RuntimeError("no fit: reset first")
-    _fit.export_obj(path)
+    _fit.export_mesh(path)
     return {"path": np.array(str(path))}
 
 

@@ -1,7 +1,11 @@
-"""Test helper: a flat-shaded orthographic render of triangle meshes to a PNG, to look at fits.
+"""A flat-shaded orthographic preview of triangle meshes: the fit's progress video and result write-ups.
 
-Not product code: a numpy z-buffer rasteriser good enough to see whether a fitted
-mesh has the target's shape (tests and result write-ups use it; the app has its own views).
+A numpy z-buffer rasteriser on the host (one Python step per triangle: fine for the
+fit's meshes, a few hundred ms at 20k triangles), good enough to see whether a fitted
+mesh has the target's shape; the desktop app has its own GL views.
+
+    image = render(vertices, faces, size=320)                 # PIL image, mesh centred and scaled to fit
+    image = render(vertices, faces, size=320, extent=1.2)     # fixed frame: [-1.2, 1.2] around the origin
 """
 from __future__ import annotations
 
@@ -17,10 +21,18 @@ def _rotation(yaw: float, pitch: float) -> np.ndarray:
 
 
 def render(vertices: np.ndarray, faces: np.ndarray, size: int = 320, yaw: float = 0.6, pitch: float = -0.35,
-           colour=(200, 170, 120)) -> Image.Image:
-    """Flat-shaded render, camera looking down -z after rotating the mesh by yaw then pitch."""
-    v = (np.asarray(vertices, float) - (vertices.max(0) + vertices.min(0)) / 2) @ _rotation(yaw, pitch).T
-    scale = 0.45 * size / np.abs(v[:, :2]).max()
+           colour=(200, 170, 120), extent: float | None = None) -> Image.Image:
+    """Flat-shaded render, camera looking down -z after rotating the mesh by yaw then pitch (radians).
+
+    vertices (V, 3) float, faces (F, 3) int. Without `extent` the mesh is centred and scaled to
+    fill the image; with it the view is fixed at [-extent, extent] around the origin (frames of
+    a video stay comparable)."""
+    vertices = np.asarray(vertices, float)
+    if not np.all(np.isfinite(vertices)):
+        return Image.new("RGB", (size, size), "white")  # a diverged fit's NaN mesh: nothing to draw
+    centre = (vertices.max(0) + vertices.min(0)) / 2 if extent is None else np.zeros(3)
+    v = (vertices - centre) @ _rotation(yaw, pitch).T
+    scale = 0.45 * size / np.abs(v[:, :2]).max() if extent is None else 0.5 * size / extent
     px = v[:, 0] * scale + size / 2
     py = -v[:, 1] * scale + size / 2
     depth = np.full((size, size), -np.inf)

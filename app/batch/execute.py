@@ -1,0 +1,122 @@
+"""One batch job inside a worker process (a Ray worker, or this process for a sequential run).
+
+    result = run_job(job)      # {"row": {...}, "files": {"fit.json": b"...", ...}, "log": ""}
+
+Taichi in a reused worker process (Ray runs many tasks in one worker), measured on the cpu:
+
+- **Set-up grows job after job unless Taichi restarts per job.** The fit's kernels take its
+  fields as `ti.template()` arguments, so Taichi compiles one instance per set of fields, and a
+  compiled instance is specialised on its fields' SNode ids. A second fit in the same Taichi
+  program allocates new SNode trees, so every kernel is compiled again (set-up 1.4 s, then
+  3.5-4.3 s for every later job), and the offline cache only lists those instances once the
+  process writes it at exit, which a Ray worker never does (it ends with `os._exit`). Restarting
+  Taichi after each job (`engine.backend.stop`, i.e. `ti.reset`) frees the job's fields, writes
+  the cache there and then, and numbers the next job's SNodes from 0 again: the same kernels, the
+  same cache keys, set-up flat at 1.2-2.3 s (docs/RESULTS.md has the figures).
+- **One backend per worker.** Every job in a worker asks for the arch of the first job that started
+  a backend there (a batch has one `--arch`); a job asking for another is refused as an error row.
+- **Threads:** Taichi's CPU threads are capped at the task's `num_cpus` (`TI_CPU_MAX_NUM_THREADS`,
+  read by `ti.init`), so parallel tasks do not oversubscribe the cores.
+- **Offline cache:** Taichi's default cache folder (or `TI_OFFLINE_CACHE_FILE_PATH`) is per user,
+  so every worker on a node shares it (Taichi locks it while writing): each kernel compiles once per node.
+- **Quiet:** the job's progress bars and info lines are off (the `app` and `engine` loggers at
+  warnings, which `engine.progress` follows); the batch has one bar.
+
+The fit runs through the `fit` command's own code (`app.scenes.fit_run.run_fit_safely` on the
+`FitSettings` that `fit` makes of the same flags) into a temporary folder whose files come back
+as bytes, so the driver writes them on its own disk: a job folder is whole or absent, and no node
+needs to share a filesystem with the driver.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from app.batch.jobs import Job, fit_settings, frame_path
+from engine.errors import UserError
+
+_worker_arch: str | None = None  # the arch this worker process runs: the first job's
+
+
+def run_job(job: Job) -> dict:
+    """Run `job` here; return its row (status, figures, pid, backend, wall time) and its output files.
+
+    Never raises for a failed job: bad input (a broken mesh, a backend this node lacks) is an
+    "error" row with the one-line message; an internal failure is an "error" row too, with the
+    traceback in "log". Only the death of the process itself reaches Ray (which retries the task)."""
+    global _worker_arch
+    from engine import backend
+
+    started = time.perf_counter()
+    row: dict = {"job": job.name, "status": "error", "pid": os.getpid(), "backend": "", "error": ""}
+    files: dict[str, bytes] = {}
+    log = ""
+    for name in ("app", "engine"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    os.environ["TI_CPU_MAX_NUM_THREADS"] = str(job.threads)
+    try:
+        if _worker_arch not in (None, job.arch):
+            raise UserError(f"this worker runs --arch {_worker_arch}; a job asking for {job.arch} needs its own")
+        with tempfile.TemporaryDirectory(prefix="shannon-job-") as folder:
+            figures, outputs = RUNNERS[job.kind](job, Path(folder))
+            log = figures.pop("log", "")
+            row.update(figures)
+            files = {name: (Path(folder) / name).read_bytes() for name in outputs}
+    except UserError as exc:
+        row["error"] = str(exc)
+    except Exception as exc:  # a bug, not bad input: the row says so, the log keeps the traceback
+        row["error"] = f"internal error: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        log = traceback.format_exc()
+    finally:
+        stopped = backend.stop()  # frees the job's fields and writes the offline cache now (see the module docstring)
+        row["backend"] = stopped.name if stopped else ""
+        if stopped is not None:  # a backend ran: this worker is now of that arch
+            _worker_arch = job.arch
+    row["wall_s"] = round(time.perf_counter() - started, 3)
+    return {"row": row, "files": files, "log": log}
+
+
+def fit_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:
+    """The `fit` command's run (`run_fit`) on the job's settings, into `folder`: the row's figures from
+    fit.json, and the files the fit wrote (fit.json lists them; the folder's lock file is not one)."""
+    from app.batch.quality import surface_distance
+    from app.scenes.fit_run import run_fit_safely
+
+    result = run_fit_safely(fit_settings(job), folder)
+    record = result.record
+    if result.status == "error":
+        if "traceback" in record:  # a bug: the row says so, the log keeps the traceback
+            return {"status": "error", "error": result.message, "log": record["traceback"]}, []
+        raise UserError(result.message)
+    row = {"status": result.status, "orders": record["orders"], "final_loss": record["final_loss"],
+           "misses": record["misses"], "iterations": record["iterations_done"],
+           **{key: record[key] for key in ("smooth", "smooth_end", "samples")}}  # the values the defaults gave
+    if result.status == "diverged":
+        row["error"] = f"diverged at iteration {record['diverged_at']}: {record['divergence']}"
+    if result.status == "ok":
+        row.update(surface_distance(job.settings["target"], folder / record["files"][0]))
+    return row, record["files"]
+
+
+def render_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:
+    """The job's frames of the robot-arm scene, written as `render --frames` writes them."""
+    from app.scenes.robot_arm import scene_at
+    from engine import backend, image_io
+    from engine.render import Camera, Renderer
+
+    backend.init(job.arch)
+    settings = job.settings
+    renderer = Renderer(settings["width"], settings["height"])
+    for index, t, azimuth in settings["frames"]:
+        camera = Camera(azimuth=azimuth, elevation=settings["elevation"], distance=settings["distance"])
+        image_io.write_png(folder / frame_path(index), image_io.srgb8(renderer.render(scene_at(t), camera)))
+    return {"status": "ok", "frames": len(settings["frames"])}, [frame_path(index) for index, _, _ in settings["frames"]]
+
+
+RUNNERS = {"fit": fit_runner, "render": render_runner}  # kind -> runner(job, folder) -> (row figures, output files)
+# `batch invert` plugs in here: an `invert_runner(job, folder)` running `python -m app invert`'s code
+# (issue 11) into `folder`, plus its jobs in app.batch.jobs and its flags in app.batch.cli.

@@ -1,0 +1,171 @@
+"""The jobs of a batch as plain data (no Ray, no Taichi): what each task runs, its name and its folder.
+
+    targets = find_targets(["meshes/", "spot"])            # a folder, a glob, a file or a built-in name
+    grid = parse_grid(["lr=0.01,0.03", "seed=0..3"])        # {"lr": [0.01, 0.03], "seed": [0, 1, 2, 3]}
+    jobs = fit_jobs(targets, grid, base={"subdiv": 3, ...}, arch="cpu", threads=1)
+    jobs[0].name, fit_argv(jobs[0].settings, "cpu", "out/x")  # "spot/lr0.01_seed0", the `fit` flags
+    fit_settings(jobs[0]).validate()                        # what `fit` would run with those flags
+    frames = parse_timeline("0:1:240")                      # 240 times from 0 to 1
+    jobs = render_jobs(frames, orbit=True, camera=..., size=(512, 256), per_task=8, arch="cpu", threads=1)
+
+A fit job's settings are exactly the flags of a single `python -m app fit` (`fit_argv`), so a batch
+job and the single command run the same code on the same settings and write the same files.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.scenes.fit_settings import TARGETS, FitSettings
+from engine.errors import UserError
+from engine.mesh_io import FORMATS
+
+FIT_KEYS = {"subdiv": int, "iters": int, "lr": float, "smooth": float, "smooth_end": float, "samples": int,
+            "seed": int}  # every setting of a fit job, as the `fit` flag of the same name (smooth_end: --smooth-end)
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str  # "fit" or "render"
+    name: str  # unique in the batch; also its folder under OUT/jobs/
+    settings: dict = field(default_factory=dict)  # fit: FIT_KEYS + "target"; render: size, camera, frames
+    arch: str = "auto"  # the backend asked for (as --arch)
+    threads: int = 1  # the task's num_cpus, and Taichi's CPU threads in it
+
+
+def _number(key: str, text: str) -> list:
+    """One grid value, or an inclusive integer range `a..b`, converted to the setting's type."""
+    kind = FIT_KEYS[key]
+    try:
+        if ".." in text:
+            lo, hi = (int(part) for part in text.split(".."))
+            if kind is not int or hi < lo:
+                raise ValueError
+            return list(range(lo, hi + 1))
+        value = kind(text)
+    except ValueError:
+        raise UserError(f"--grid {key}: '{text}' is not {'an integer or a range a..b' if kind is int else 'a number'}") from None
+    if kind is float and not math.isfinite(value):
+        raise UserError(f"--grid {key}: '{text}' is not a finite number")
+    return [value]
+
+
+def parse_grid(items: list[str]) -> dict[str, list]:
+    """`["lr=0.01,0.03", "seed=0..3"]` -> {"lr": [0.01, 0.03], "seed": [0, 1, 2, 3]}, in the order given."""
+    grid: dict[str, list] = {}
+    for item in items:
+        key, _, values = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if key not in FIT_KEYS or not values.strip():
+            raise UserError(f"--grid '{item}': expected KEY=V1,V2,... with KEY one of {', '.join(FIT_KEYS)}")
+        if key in grid:
+            raise UserError(f"--grid gives {key} twice")
+        grid[key] = [v for text in values.split(",") for v in _number(key, text.strip())]
+        if len(set(grid[key])) != len(grid[key]):
+            raise UserError(f"--grid {key}: a value repeats")
+    return grid
+
+
+def find_targets(specs: list[str]) -> list[str]:
+    """Target names and mesh paths from folders (their mesh files), globs, files and built-in names.
+
+    A folder or glob takes every file with a mesh suffix, broken ones included: they become error
+    rows. A path is kept as given (it is what fit.json records); a pattern that matches nothing is an error."""
+    found: list[str] = []
+    for spec in specs:
+        if spec in TARGETS:
+            matches = [spec]
+        elif Path(spec).is_dir():
+            matches = sorted(str(p) for p in Path(spec).iterdir() if p.is_file() and p.suffix[1:].lower() in FORMATS)
+        elif glob.has_magic(spec):
+            matches = sorted(p for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+        elif Path(spec).is_file():
+            matches = [spec]
+        else:
+            raise UserError(f"--targets {spec}: no such file, folder or target name (names: {', '.join(TARGETS)})")
+        if not matches:
+            raise UserError(f"--targets {spec}: no mesh file ({', '.join('.' + f for f in FORMATS)}) found there")
+        found += [m for m in matches if m not in found]
+    return found
+
+
+def _target_labels(targets: list[str]) -> dict[str, str]:
+    """A folder name per target: its file stem, made unique by a short hash of the path where stems repeat."""
+    stems = {t: Path(t).stem or t for t in targets}
+    repeated = {s for s in stems.values() if list(stems.values()).count(s) > 1}
+    return {t: f"{s}-{hashlib.sha1(str(Path(t).resolve()).encode()).hexdigest()[:6]}" if s in repeated else s
+            for t, s in stems.items()}
+
+
+def _label(settings: dict) -> str:
+    return "_".join(f"{key}{value:g}" if isinstance(value, float) else f"{key}{value}" for key, value in settings.items())
+
+
+def fit_jobs(targets: list[str], grid: dict[str, list], base: dict, arch: str, threads: int) -> list[Job]:
+    """One job per target and grid point: `base` (FIT_KEYS, None for the fit's default) with the grid's values.
+
+    Named TARGET/KEY1V1_KEY2V2 (TARGET/default without a grid)."""
+    labels = _target_labels(targets)
+    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
+    return [Job("fit", f"{labels[t]}/{_label(point) or 'default'}", {"target": t, **base, **point}, arch, threads)
+            for t in targets for point in points]
+
+
+def fit_argv(settings: dict, arch: str, out: str | Path) -> list[str]:
+    """The `python -m app fit` flags of a fit job's settings (settings left None take the fit's defaults)."""
+    argv = ["--target", str(settings["target"])]
+    for key in FIT_KEYS:
+        if settings.get(key) is not None:
+            argv += [f"--{key.replace('_', '-')}", str(settings[key])]
+    return [*argv, "--arch", arch, "--out", str(out)]
+
+
+def fit_settings(job: Job) -> FitSettings:
+    """The `FitSettings` the `fit` command makes of this job's flags (its own parser and `settings_from`)."""
+    from app.cli import OneLineParser
+    from app.scenes import fit_cli
+
+    parser = OneLineParser(prog="python -m app fit")
+    fit_cli.add_arguments(parser)
+    return fit_cli.settings_from(parser.parse_args(fit_argv(job.settings, job.arch, "-")))
+
+
+def parse_timeline(text: str) -> list[float]:
+    """`START:STOP:COUNT` -> COUNT times from START to STOP inclusive (`T` alone: one time), all in 0..1."""
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            times = [float(parts[0])]
+        elif len(parts) == 3:
+            start, stop, count = float(parts[0]), float(parts[1]), int(parts[2])
+            if count < 1:
+                raise ValueError
+            times = [start + (stop - start) * i / max(count - 1, 1) for i in range(count)]
+        else:
+            raise ValueError
+    except ValueError:
+        raise UserError(f"--t '{text}': expected START:STOP:COUNT (e.g. 0:1:240) or one time T") from None
+    if not all(0.0 <= t <= 1.0 for t in times):
+        raise UserError(f"--t '{text}': times must lie in 0..1 (the timeline)")
+    return times
+
+
+def render_jobs(times: list[float], orbit: bool, camera: dict, size: tuple[int, int], per_task: int, arch: str,
+                threads: int) -> list[Job]:
+    """Frames split into tasks of `per_task` frames; with `orbit` the azimuth turns once around over the frames.
+
+    `camera` holds azimuth, elevation and distance (the `render` flags); each frame is (index, t, azimuth)."""
+    frames = [(i, t, camera["azimuth"] + (360.0 * i / len(times) if orbit else 0.0)) for i, t in enumerate(times)]
+    chunks = [frames[i:i + per_task] for i in range(0, len(frames), per_task)]
+    return [Job("render", f"frames_{chunk[0][0]:04d}-{chunk[-1][0]:04d}",
+                {"width": size[0], "height": size[1], "elevation": camera["elevation"],
+                 "distance": camera["distance"], "frames": chunk}, arch, threads) for chunk in chunks]
+
+
+def frame_path(index: int) -> str:
+    """Where frame `index` of a batch render goes, relative to the output folder (as `render --frames`)."""
+    return f"frames/frame_{index:04d}.png"

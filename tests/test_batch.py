@@ -1,0 +1,512 @@
+"""`python -m app batch` on Ray: jobs and plans without Ray, then real batches in subprocesses.
+
+The batches run as a user runs them (`python -m app batch ...` in a subprocess, each with a
+timeout, so a hang fails the test instead of the suite): on an embedded Ray with 2 CPUs, and on
+a two-node cluster that the test starts on loopback (head 127.0.0.2, worker 127.0.0.3; Ray
+rewrites 127.0.0.1 to the routable address) and stops by pid. Every process a batch or a cluster
+starts inherits a tag in its environment; after each command none may be left.
+Sizes are tiny (subdivision 1, 4 iterations, 256 samples): set-up, not fitting, is what costs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from app.batch import jobs as job_specs
+from app.batch import store
+from engine.errors import UserError
+from engine.mesh_io import write_mesh
+from engine.meshgen import icosphere, torus
+from tests.conftest import IN_CI
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = ["--grid", "lr=0.02,0.05", "--subdiv", "1", "--iters", "4", "--samples", "256", "--arch", "cpu"]
+FIT_FILES = {"fit.json", "final.obj", "loss.png", "loss.svg"}
+TIMEOUT = 420  # seconds for one batch command on a loaded 2-core machine
+
+
+def needs_ray() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        if IN_CI:
+            pytest.fail('Ray must be installed in CI (pip install ".[batch]")')
+        pytest.skip('needs Ray: pip install ".[batch]"')
+
+
+# ---- jobs, plans and tables, without Ray ---------------------------------------------------------
+
+def test_grid_values_ranges_and_order():
+    grid = job_specs.parse_grid(["lr=0.01,0.03", "seed=0..3", "smooth-end=0.1"])
+    assert grid == {"lr": [0.01, 0.03], "seed": [0, 1, 2, 3], "smooth_end": [0.1]}
+    jobs = job_specs.fit_jobs(["spot"], grid, {"subdiv": 3}, "cpu", 1)
+    assert [j.name for j in jobs][:3] == ["spot/lr0.01_seed0_smooth_end0.1", "spot/lr0.01_seed1_smooth_end0.1",
+                                          "spot/lr0.01_seed2_smooth_end0.1"]
+    assert len(jobs) == 8 and jobs[-1].settings == {"target": "spot", "subdiv": 3, "lr": 0.03, "seed": 3, "smooth_end": 0.1}
+
+
+@pytest.mark.parametrize("items, words", [
+    (["lr"], "expected KEY=V1,V2"),
+    (["speed=1"], "KEY one of subdiv, iters, lr"),
+    (["lr=0.1..0.3"], "--grid lr: '0.1..0.3' is not a number"),
+    (["seed=3..1"], "--grid seed: '3..1' is not an integer or a range"),
+    (["lr=nan"], "not a finite number"),
+    (["seed=1,1"], "a value repeats"),
+    (["lr=0.1", "lr=0.2"], "gives lr twice"),
+])
+def test_bad_grids_are_one_line_errors(items, words):
+    with pytest.raises(UserError, match=words.replace(".", r"\.").replace("(", r"\(")):
+        job_specs.parse_grid(items)
+
+
+def test_targets_from_folders_globs_files_and_names(tmp_path):
+    for name in ("b.obj", "a.PLY", "notes.txt"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.obj").write_text("x")
+    found = job_specs.find_targets([str(tmp_path), "spot", str(tmp_path / "**" / "*.obj")])
+    assert found == [str(tmp_path / "a.PLY"), str(tmp_path / "b.obj"), "spot", str(tmp_path / "sub" / "a.obj")]
+    jobs = job_specs.fit_jobs(found, {}, {}, "cpu", 1)
+    names = [j.name for j in jobs]
+    assert names[1] == "b/default" and names[2] == "spot/default" and len(set(names)) == 4  # a.PLY, sub/a.obj: stems repeat
+    with pytest.raises(UserError, match="no mesh file"):
+        job_specs.find_targets([str(tmp_path / "*.stl")])
+    with pytest.raises(UserError, match="no such file, folder or target name"):
+        job_specs.find_targets(["nosuch.obj"])
+
+
+def test_fit_argv_is_the_single_commands_flags():
+    job = job_specs.fit_jobs(["blob"], {"seed": [2]}, {"subdiv": 1, "iters": 4, "lr": 0.05, "smooth": None}, "cpu", 1)[0]
+    assert job_specs.fit_argv(job.settings, job.arch, "o") == [
+        "--target", "blob", "--subdiv", "1", "--iters", "4", "--lr", "0.05", "--seed", "2", "--arch", "cpu", "--out", "o"]
+
+
+def test_timeline_frames_split_into_tasks_and_the_orbit_turns_once():
+    times = job_specs.parse_timeline("0:1:5")
+    assert times == [0.0, 0.25, 0.5, 0.75, 1.0]
+    jobs = job_specs.render_jobs(times, True, {"azimuth": 10.0, "elevation": 5.0, "distance": 4.0}, (64, 32), 2, "cpu", 1)
+    assert [j.name for j in jobs] == ["frames_0000-0001", "frames_0002-0003", "frames_0004-0004"]
+    assert [f[2] for j in jobs for f in j.settings["frames"]] == [10.0, 82.0, 154.0, 226.0, 298.0]
+    for bad in ("0:1", "0:1:0", "0:2:3", "x"):
+        with pytest.raises(UserError, match="--t"):
+            job_specs.parse_timeline(bad)
+
+
+def test_a_job_counts_as_done_only_whole_and_with_the_same_settings(tmp_path):
+    job = job_specs.fit_jobs(["blob"], {}, {"iters": 4}, "cpu", 1)[0]
+    assert store.done_row(tmp_path, job) is None
+    result = {"row": {"job": job.name, "status": "ok", "pid": 7, "backend": "cpu", "error": ""},
+              "files": {n: n.encode() for n in FIT_FILES}, "log": ""}
+    store.save(tmp_path, job, result)
+    folder = store.job_folder(tmp_path, job)
+    assert {p.name for p in folder.iterdir()} == FIT_FILES | {"job.json"}
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # nothing half-built left beside it
+    assert store.done_row(tmp_path, job)["resumed"] is True
+    other = job_specs.fit_jobs(["blob"], {}, {"iters": 5}, "cpu", 1)[0]
+    with pytest.raises(UserError, match="other settings"):
+        store.done_row(tmp_path, other)
+    store.save(tmp_path, job, {**result, "row": {**result["row"], "status": "error", "error": "x"}, "files": {}})
+    assert store.done_row(tmp_path, job) is None  # a failed job runs again
+    assert {p.name for p in folder.iterdir()} == {"job.json"}  # the failed run replaced the old folder whole
+
+
+def test_winners_pick_the_lowest_chamfer_per_target():
+    rows = [{"target": t, "status": s, "chamfer": c, "hausdorff": 0.1, "orders": 1.0, "lr": lr, "job": f"{t}{lr}"}
+            for t, s, c, lr in [("a", "ok", 3.0, 0.1), ("a", "ok", 2.0, 0.2), ("a", "error", None, 0.3),
+                                ("b", "ok", 1.0, 0.1), ("b", "diverged", None, 0.2)]]
+    best = store.winners(rows, {"lr": [0.1, 0.2, 0.3]})
+    assert {t: w["settings"] for t, w in best.items()} == {"a": {"lr": 0.2}, "b": {"lr": 0.1}}
+
+
+def test_without_ray_one_line_and_exit_2():
+    code = "import sys; sys.modules['ray'] = None; from app.cli import main; sys.exit(main(sys.argv[1:]))"
+    result = subprocess.run([sys.executable, "-c", code, "batch", "fit", "--targets", "blob", "--out", "x"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2
+    assert result.stderr == 'error: python -m app batch needs Ray: pip install ".[batch]" (from the project folder)\n'
+
+
+def test_batch_invert_says_what_it_waits_for(capsys):
+    from app.cli import main
+
+    assert main(["batch", "invert"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: batch invert needs `python -m app invert`") and err.count("\n") == 1
+
+
+# ---- real batches -------------------------------------------------------------------------------
+
+def tagged_processes(tag: str) -> list[str]:
+    """Processes alive with `tag` in their environment (every process a command of this test started)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if f"SHANNON_TEST_TAG={tag}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.append(f"{pid} {Path(f'/proc/{pid}/cmdline').read_bytes()[:60]!r}")
+        except OSError:
+            continue
+    return found
+
+
+def assert_none_left(tag: str) -> None:
+    deadline = time.monotonic() + 15  # a worker notices its raylet is gone within a second or two
+    while tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert tagged_processes(tag) == []
+
+
+def batch_env(tag: str, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    return {**env, "SHANNON_TEST_TAG": tag, **extra}
+
+
+def run_batch(args: list[str], tag: str, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", "batch", *args], capture_output=True, text=True,
+                          timeout=TIMEOUT, cwd=ROOT, env=batch_env(tag, **extra))
+
+
+def rows_of(out: Path) -> dict[str, dict]:
+    return {row["job"]: row for row in json.loads((out / "batch.json").read_text())["rows"]}
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory) -> Path:
+    """Six targets: five small meshes far enough from the starting sphere that 4 iterations lower the loss
+    (a target close to it, e.g. a blob, ends above its first loss: `diverged`), and a broken file."""
+    folder = tmp_path_factory.mktemp("targets")
+    sphere_v, sphere_f = icosphere(2)
+    write_mesh(folder / "egg.obj", sphere_v * [1.6, 1.0, 1.0], sphere_f)
+    write_mesh(folder / "disc.obj", sphere_v * [1.0, 0.3, 1.0] + [5.0, 0.0, -2.0], sphere_f)
+    write_mesh(folder / "spindle.obj", sphere_v * [0.5, 2.0, 0.5], sphere_f)
+    write_mesh(folder / "ring.obj", *torus(n_major=24, n_minor=12))
+    write_mesh(folder / "pebble.obj", sphere_v * [1.5, 0.8, 0.5], sphere_f)
+    (folder / "broken.obj").write_text("v 0 0 0\nnot a mesh at all\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def singles(targets, tmp_path_factory) -> dict[str, Path]:
+    """Single `fit` runs of four of the batch's jobs (two targets, both settings), in one process."""
+    out = tmp_path_factory.mktemp("singles")
+    commands = {f"{stem}/lr{lr}": ["--target", str(targets / f"{stem}.obj"), "--subdiv", "1", "--iters", "4", "--lr",
+                                   str(lr), "--samples", "256", "--seed", "0", "--arch", "cpu", "--out", str(out / stem / str(lr))]
+                for stem in ("egg", "ring") for lr in (0.02, 0.05)}
+    code = ("import json, sys; from app.cli import main; from engine import backend\n"
+            "for argv in json.loads(sys.argv[1]):\n    assert main(['fit', *argv]) == 0\n    backend.stop()\n")
+    subprocess.run([sys.executable, "-c", code, json.dumps(list(commands.values()))], check=True, timeout=TIMEOUT,
+                   cwd=ROOT, env=batch_env("singles"), capture_output=True)
+    return {job: Path(argv[-1]) for job, argv in commands.items()}
+
+
+def assert_same_as_single(job_folder: Path, single: Path) -> None:
+    for name in ("final.obj", "loss.png", "loss.svg"):
+        assert (job_folder / name).read_bytes() == (single / name).read_bytes(), name
+    batch_record, single_record = (json.loads((f / "fit.json").read_text()) for f in (job_folder, single))
+    batch_record.pop("wall_s"), single_record.pop("wall_s")  # the one field that differs run to run
+    assert batch_record == single_record
+
+
+def assert_the_batch_of_six(out: Path, targets: Path, singles: dict[str, Path], result) -> dict[str, dict]:
+    assert result.returncode == 1, result.stderr  # one target is broken: the batch worked, a result is bad
+    rows = rows_of(out)
+    stems = ("broken", "disc", "egg", "pebble", "ring", "spindle")
+    assert sorted(rows) == sorted(f"{s}/lr{lr}" for s in stems for lr in (0.02, 0.05))
+    for name, row in rows.items():
+        if name.startswith("broken/"):
+            assert row["status"] == "error" and "broken.obj" in row["error"] and row["backend"] == ""
+            continue
+        assert row["status"] == "ok" and row["backend"] == "cpu" and row["iterations"] == 4 and row["misses"] == 0
+        assert row["chamfer"] > 0 and row["hausdorff"] > 0 and isinstance(row["pid"], int) and row["node"]
+        assert {p.name for p in (out / "jobs" / name).iterdir()} == FIT_FILES | {"job.json"}
+    for job, single in singles.items():
+        assert_same_as_single(out / "jobs" / job, single)
+    summary = json.loads((out / "batch.json").read_text())
+    assert summary["counts"] == {"ok": 10, "error": 2, "diverged": 0, "interrupted": 0}
+    assert set(summary["winners"]) == {str(targets / f"{s}.obj") for s in stems if s != "broken"}
+    header = (out / "batch.csv").read_text().splitlines()[0].split(",")
+    assert header[:2] == ["job", "target"] and {"status", "chamfer", "node", "pid", "backend", "error"} <= set(header)
+    return rows
+
+
+def test_embedded_batch_rows_outputs_and_resume(targets, singles, tmp_path):
+    needs_ray()
+    out, tag = tmp_path / "out", secrets.token_hex(4)
+    args = ["fit", "--targets", str(targets), *SETTINGS, "--cpus", "2", "--out", str(out), "--report"]
+    first = run_batch(args, tag)
+    rows = assert_the_batch_of_six(out, targets, singles, first)
+    assert "best for" in first.stdout and (out / "report.png").read_bytes().startswith(b"\x89PNG")
+    assert_none_left(tag)
+
+    # resume: a lost job folder and the error rows run again, nothing else
+    (out / "jobs" / "egg" / "lr0.05" / "job.json").unlink()
+    again = run_batch(args, tag)
+    rows_again = assert_the_batch_of_six(out, targets, singles, again)
+    ran = {name for name, row in rows_again.items() if not row.get("resumed")}
+    assert ran == {"egg/lr0.05", "broken/lr0.02", "broken/lr0.05"}
+    assert all(rows_again[n]["pid"] == rows[n]["pid"] for n in rows if n not in ran)
+    assert "(9 done before)" in again.stdout
+    assert_none_left(tag)
+
+
+def _kill_one_running_job(tag: str, deadline_s: float) -> tuple[int, str] | None:
+    """SIGKILL the first worker seen running a batch job (Ray names it ray::batch fit JOB)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+                if title.startswith("ray::batch fit ") and f"SHANNON_TEST_TAG={tag}".encode() in \
+                        Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                    os.kill(int(pid), signal.SIGKILL)
+                    return int(pid), title.removeprefix("ray::batch fit ")
+            except (OSError, UnicodeDecodeError):
+                continue
+        time.sleep(0.05)
+    return None
+
+
+def test_a_killed_worker_is_retried_and_the_batch_completes(targets, singles, tmp_path):
+    needs_ray()
+    out, tag = tmp_path / "out", secrets.token_hex(4)
+    args = ["fit", "--targets", str(targets / "egg.obj"), str(targets / "ring.obj"), *SETTINGS, "--cpus", "2",
+            "--out", str(out)]
+    batch = subprocess.Popen([sys.executable, "-m", "app", "batch", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env=batch_env(tag))
+    try:
+        killed = _kill_one_running_job(tag, 180)
+        stdout, stderr = batch.communicate(timeout=TIMEOUT)
+    finally:
+        if batch.poll() is None:
+            batch.kill()
+    assert killed is not None, "no job was seen running"
+    assert batch.returncode == 0, stderr
+    rows = rows_of(out)
+    assert [row["status"] for row in rows.values()] == ["ok"] * 4
+    assert killed[0] not in {row["pid"] for row in rows.values()}  # the killed job ran again, elsewhere
+    for job, single in singles.items():
+        assert_same_as_single(out / "jobs" / job, single)
+    assert_none_left(tag)
+
+
+def test_ctrl_c_keeps_finished_jobs_and_marks_the_rest(targets, tmp_path):
+    needs_ray()
+    out, tag = tmp_path / "out", secrets.token_hex(4)
+    args = ["fit", "--targets", str(targets / "egg.obj"), str(targets / "ring.obj"), "--grid", "seed=0..5", "--subdiv",
+            "1", "--iters", "4", "--samples", "256", "--arch", "cpu", "--cpus", "2", "--out", str(out)]
+    batch = subprocess.Popen([sys.executable, "-m", "app", "batch", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env=batch_env(tag), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not list((out / "jobs").glob("*/*/job.json")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.killpg(batch.pid, signal.SIGINT)  # what Ctrl-C at a terminal does: the whole foreground group
+        stdout, stderr = batch.communicate(timeout=120)
+    finally:
+        if batch.poll() is None:
+            os.killpg(batch.pid, signal.SIGKILL)
+    assert batch.returncode == 130, stderr
+    rows = rows_of(out)
+    statuses = [row["status"] for row in rows.values()]
+    assert len(rows) == 12 and statuses.count("ok") >= 1 and statuses.count("interrupted") >= 1
+    assert set(statuses) == {"ok", "interrupted"}
+    for name, row in rows.items():
+        assert (out / "jobs" / name / "fit.json").is_file() == (row["status"] == "ok")
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("error: interrupted by SIGINT: ")
+    assert_none_left(tag)
+
+
+def test_batch_render_frames_equal_single_renders(tmp_path):
+    needs_ray()
+    out, tag = tmp_path / "out", secrets.token_hex(4)
+    result = run_batch(["render", "--t", "0:1:3", "--orbit", "--width", "48", "--height", "24", "--frames-per-task", "2",
+                        "--arch", "cpu", "--cpus", "2", "--out", str(out)], tag)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (out / "frames").iterdir()) == ["frame_0000.png", "frame_0001.png", "frame_0002.png"]
+    assert [row["frames"] for row in rows_of(out).values()] == [2, 1]
+    from engine.render import Camera
+
+    single = subprocess.run([sys.executable, "-m", "app", "render", "--t", "0.5", "--azimuth", str(Camera().azimuth + 120.0),
+                             "--width", "48", "--height", "24", "--arch", "cpu", "--out", str(tmp_path / "one")],
+                            capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=batch_env(tag))
+    assert single.returncode == 0, single.stderr
+    assert (out / "frames" / "frame_0001.png").read_bytes() == (tmp_path / "one" / "frame.png").read_bytes()
+    assert (out / "frames" / "frame_0000.png").read_bytes() != (out / "frames" / "frame_0001.png").read_bytes()
+    assert_none_left(tag)
+
+
+# ---- a two-node cluster on loopback --------------------------------------------------------------
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Stop a `ray start --block` and everything it started (its own process group), by pid."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # whatever of the group is left
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=10)
+
+
+def _wait_for_line(log: Path, text: str, process: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if text in log.read_text(errors="replace"):
+            return
+        assert process.poll() is None, f"ray start exited: {log.read_text(errors='replace')[-2000:]}"
+        time.sleep(0.2)
+    pytest.fail(f"no '{text}' in {log} after {timeout_s} s: {log.read_text(errors='replace')[-2000:]}")
+
+
+def test_two_node_cluster_on_loopback(targets, singles, tmp_path):
+    needs_ray()
+    ray_bin = Path(sys.executable).with_name("ray")
+    tag, port = secrets.token_hex(4), _free_port("127.0.0.2")
+    env = batch_env(tag, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_USAGE_STATS_ENABLED="0")
+    temp = tempfile.mkdtemp(prefix="shannon-rt-")  # short: Ray's socket paths must fit 107 bytes
+    common = ["--block", "--num-cpus=1", "--disable-usage-stats", f"--temp-dir={temp}"]
+    nodes = []
+    try:
+        for name, flags in (("head", ["--head", "--node-ip-address=127.0.0.2", f"--port={port}", "--include-dashboard=false"]),
+                            ("worker", [f"--address=127.0.0.2:{port}", "--node-ip-address=127.0.0.3"])):
+            log = tmp_path / f"{name}.log"
+            nodes.append(subprocess.Popen([str(ray_bin), "start", *flags, *common], stdout=log.open("w"),
+                                          stderr=subprocess.STDOUT, env=env, start_new_session=True))
+            _wait_for_line(log, "Ray runtime started", nodes[-1], 120)
+        out = tmp_path / "out"
+        result = subprocess.run([sys.executable, "-m", "app", "batch", "fit", "--targets", str(targets), *SETTINGS,
+                                 "--address", f"127.0.0.2:{port}", "--connect-timeout", "60", "--out", str(out)],
+                                capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
+        rows = assert_the_batch_of_six(out, targets, singles, result)
+        assert {row["node"] for row in rows.values() if row["status"] == "ok"} == {"127.0.0.2", "127.0.0.3"}
+        assert json.loads((out / "batch.json").read_text())["ray"]["nodes"] == 2
+        refused = subprocess.run([sys.executable, "-m", "app", "batch", "fit", "--targets", "blob", "--out",
+                                  str(tmp_path / "refused"), "--address", f"127.0.0.2:{port}"], capture_output=True,
+                                 text=True, timeout=120, cwd=ROOT, env={**env, "RAY_AUTH_TOKEN": "0" * 32})
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+        assert "the cluster refused this command's token" in refused.stderr
+    finally:
+        for node in reversed(nodes):
+            _stop(node)
+        shutil.rmtree(temp, ignore_errors=True)
+    assert_none_left(tag)
+
+
+def test_a_cluster_that_does_not_answer_is_one_line_after_the_timeout(tmp_path):
+    needs_ray()
+    tag = secrets.token_hex(4)
+    with socket.socket() as silent:  # accepts connections (the kernel does), never speaks
+        silent.bind(("127.0.0.2", 0))
+        silent.listen()
+        started = time.monotonic()
+        hung = run_batch(["fit", "--targets", "blob", "--out", str(tmp_path / "a"), "--address",
+                          f"127.0.0.2:{silent.getsockname()[1]}", "--connect-timeout", "5"], tag)
+        waited = time.monotonic() - started
+    assert hung.returncode == 2 and hung.stderr.count("\n") == 1 and waited < 60
+    assert hung.stderr.startswith("error: --address 127.0.0.2:") and "did not connect within 5 s" in hung.stderr
+    nobody = run_batch(["fit", "--targets", "blob", "--out", str(tmp_path / "b"), "--address",
+                        f"127.0.0.2:{_free_port('127.0.0.2')}"], tag)
+    assert nobody.returncode == 2 and "no Ray head answers there" in nobody.stderr and nobody.stderr.count("\n") == 1
+    assert_none_left(tag)
+
+
+def test_taichi_restarted_per_job_reuses_its_cached_kernels_and_caps_threads(tmp_path):
+    """What app.batch.execute relies on (Taichi 1.7.4): TI_CPU_MAX_NUM_THREADS caps the cpu threads;
+    `engine.backend.stop` writes the offline cache; a job in a restarted Taichi finds its kernels there
+    (no new cache entry), while a second set of fields in the same program compiles new instances."""
+    code = """if True:
+        import json, os, pathlib, numpy as np, taichi as ti
+        from engine import backend
+        from engine.affine import AffineProblem
+        cache = pathlib.Path(os.environ['TI_OFFLINE_CACHE_FILE_PATH'])
+        def entries():
+            return len(list(cache.rglob('*.tic')))
+        def job(problems):
+            backend.init('cpu')
+            threads = ti.lang.impl.current_cfg().cpu_max_num_threads
+            for _ in range(problems):
+                AffineProblem(64).forward(np.ones(64, np.float32))
+            backend.stop()
+            return threads
+        seen = {'threads': job(1), 'first': entries()}
+        job(1)
+        seen['again'] = entries()
+        job(2)
+        seen['two_sets_of_fields'] = entries()
+        print(json.dumps(seen))
+    """
+    env = {**os.environ, "TI_CPU_MAX_NUM_THREADS": "1", "TI_OFFLINE_CACHE_FILE_PATH": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["threads"] == 1
+    assert seen["first"] > 0 and seen["again"] == seen["first"]
+    assert seen["two_sets_of_fields"] > seen["first"]
+
+
+def test_a_job_on_a_backend_the_node_lacks_or_that_diverges_is_a_row():
+    """In a worker process of its own (run_job restarts Taichi): --arch cuda without a GPU is the backend's
+    error, not a cpu run; a fit whose loss leaves the floats is a diverged row; neither raises."""
+    code = """if True:
+        import json
+        from app.batch.execute import run_job
+        from app.batch.jobs import fit_jobs
+        base = {"subdiv": 0, "iters": 3, "samples": 64}
+        cuda = run_job(fit_jobs(["blob"], {}, base, "cuda", 1)[0])["row"]
+        wild = run_job(fit_jobs(["blob"], {}, {**base, "lr": 1e30}, "cpu", 1)[0])["row"]
+        print(json.dumps([cuda, wild]))
+    """
+    from engine.backend import cuda_unavailable_reason
+
+    if cuda_unavailable_reason() is None:
+        pytest.skip("this machine has a GPU: the cuda job would run")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env=batch_env("rows"))
+    assert result.returncode == 0, result.stderr
+    cuda, wild = json.loads(result.stdout.strip().splitlines()[-1])
+    assert cuda["status"] == "error" and cuda["error"].startswith("backend cuda is not available") and cuda["backend"] == ""
+    assert wild["status"] == "diverged" and "diverged" in wild["error"] and wild["backend"] == "cpu"
+
+
+def test_one_batch_per_output_folder(tmp_path):
+    from app.batch.cli import _lock
+
+    held = _lock(tmp_path)
+    try:
+        with pytest.raises(UserError, match=rf"--out {tmp_path} is in use by another batch \(pid {os.getpid()}\)"):
+            _lock(tmp_path)
+    finally:
+        held.close()
+    _lock(tmp_path).close()  # free again once the first run let go
+
+
+@pytest.mark.parametrize("arch, gpus, expected", [("cuda", 2, 1), ("auto", 1, 1), ("cpu", 4, 0), ("cuda", 0, 0),
+                                                  ("auto", 0, 0), ("vulkan", 1, 0)])
+def test_a_task_asks_for_a_gpu_only_for_cuda_on_a_cluster_that_has_one(arch, gpus, expected):
+    needs_ray()
+    from app.batch.ray_session import task_options
+
+    job = job_specs.fit_jobs(["blob"], {}, {}, arch, 3)[0]
+    options = task_options(job, gpus, retries=2)
+    assert options["num_gpus"] == expected and options["num_cpus"] == 3 and options["max_retries"] == 2
+    assert options["retry_exceptions"] is False and options["name"] == "batch fit blob/default"

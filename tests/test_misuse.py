@@ -1,0 +1,578 @@
+"""Misuse, table-driven: every bad input, output, signal and environment a user can throw at the command line.
+
+For each case: the exit code (engine.errors: 1 result bad, 2 bad input or machine, 3 internal
+error, 130 interrupted), exactly one stderr line starting with `error:` that names the problem
+(for exit code 1: no such line, and the documented result line on stdout instead), no traceback,
+and what is on disk afterwards (nothing half-written, nothing of another run, an interrupted
+run's files present and marked).
+
+Most cases must fail before any backend starts (`python -m app` checks every flag, file and
+output folder first): they run in this process through `app.cli.main` with `engine.backend.init`
+and the window replaced by tripwires, so a case that got as far as starting a backend fails.
+The few that need a backend, a signal or a second process run `python -m app` as a subprocess
+at tiny sizes (subdivision 1, 64x32 pixels). Full disks are real: a file-size limit (`ulimit -f`)
+always, and a small tmpfs filled during the run where this machine lets us mount one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app import cli
+from engine import backend, output_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+DIR = object()  # a fixture that is a folder, not a file
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
+TRI = "v 0 0 0\nv 1 0 0\nv 0 1 0\n"
+FIXTURES = {  # name -> content, created in the case's folder before it runs
+    "empty.obj": b"",
+    "folder.obj": DIR,
+    "image.obj": PNG,
+    "zero.obj": TRI + "f 0 1 2\n",
+    "nine.obj": TRI + "f 1 2 9\n",
+    "points.obj": TRI,
+    "huge.obj": "v 1e308 0 0\nv -1e308 0 0\nv 0 1 0\nf 1 2 3\n",
+    "nan.obj": "v nan 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n",
+    "flat.obj": "v 0 0 0\nv 1 0 0\nv 2 0 0\nf 1 2 3\n",
+    "mesh.xyz": "0 0 0\n",
+    "junk.ply": b"ply\nformat binary_little_endian 1.0\nelement vertex 9\nproperty float x\nend_header\n\x01\x02",
+    "a_file": "not a folder\n",
+    "bad.json": "{not json",
+    "notarget.json": "{}",
+    "ok.obj": TRI + "f 1 2 3\n",
+}
+NO_GPU = backend.cuda_unavailable_reason() is not None
+
+# (id, argv, exit code, words the error line must contain, environment: name -> value or None to unset)
+CASES = [
+    # fit: flags
+    ("fit-no-target", ["fit"], 2, "required: --target", {}),
+    ("fit-unknown-target", ["fit", "--target", "nosuch"], 2, "unknown target 'nosuch'", {}),
+    ("fit-subdiv-high", ["fit", "--target", "blob", "--subdiv", "6"], 2, "--subdiv must be an integer in 0..5", {}),
+    ("fit-subdiv-negative", ["fit", "--target", "blob", "--subdiv", "-1"], 2, "--subdiv must be an integer", {}),
+    ("fit-subdiv-word", ["fit", "--target", "blob", "--subdiv", "abc"], 2, "--subdiv: invalid int value: 'abc'", {}),
+    ("fit-iters-zero", ["fit", "--target", "blob", "--iters", "0"], 2, "--iters must be an integer in 1..", {}),
+    ("fit-iters-huge", ["fit", "--target", "blob", "--iters", "2000000"], 2, "--iters must be an integer", {}),
+    ("fit-lr-negative", ["fit", "--target", "blob", "--lr", "-1"], 2, "--lr must be a positive number", {}),
+    ("fit-lr-zero", ["fit", "--target", "blob", "--lr", "0"], 2, "--lr must be a positive number", {}),
+    ("fit-lr-nan", ["fit", "--target", "blob", "--lr", "nan"], 2, "--lr must be a positive number, got nan", {}),
+    ("fit-lr-inf", ["fit", "--target", "blob", "--lr", "inf"], 2, "--lr must be a positive number, got inf", {}),
+    ("fit-smooth-high", ["fit", "--target", "blob", "--smooth", "1.5"], 2, "--smooth must be in 0..1", {}),
+    ("fit-smooth-nan", ["fit", "--target", "blob", "--smooth", "nan"], 2, "--smooth must be in 0..1", {}),
+    ("fit-smooth-end-negative", ["fit", "--target", "blob", "--smooth-end", "-0.1"], 2, "--smooth-end must be in", {}),
+    ("fit-seed-negative", ["fit", "--target", "blob", "--seed", "-1"], 2, "--seed must be an integer in 0..", {}),
+    ("fit-seed-huge", ["fit", "--target", "blob", "--seed", str(2**32)], 2, "--seed must be an integer", {}),
+    ("fit-samples-zero", ["fit", "--target", "blob", "--samples", "0"], 2, "--samples must be an integer", {}),
+    ("fit-samples-huge", ["fit", "--target", "blob", "--samples", "100000000"], 2, "--samples must be an integer", {}),
+    ("fit-dump-negative", ["fit", "--target", "blob", "--dump-every", "-1"], 2, "--dump-every must be an integer", {}),
+    ("fit-mesh-format", ["fit", "--target", "blob", "--mesh-format", "fbx"], 2, "--mesh-format: invalid choice", {}),
+    ("fit-arch-unknown", ["fit", "--target", "blob", "--arch", "metal"], 2, "unknown backend 'metal' (from --arch)", {}),
+    ("fit-unknown-flag", ["fit", "--target", "blob", "--learning-rate", "1"], 2, "unrecognized arguments", {}),
+    ("fit-abbreviated-flag", ["fit", "--targ", "blob"], 2, "unrecognized arguments: --targ", {}),
+    ("fit-flags-before-command", ["--arch", "cpu", "fit", "--target", "blob"], 2, "put the command first", {}),
+    # fit: bad files
+    ("mesh-missing", ["fit", "--target", "missing.obj"], 2, "mesh file missing.obj: not found", {}),
+    ("mesh-empty", ["fit", "--target", "empty.obj"], 2, "empty.obj: the file is empty", {}),
+    ("mesh-folder", ["fit", "--target", "folder.obj"], 2, "folder.obj: not a file", {}),
+    ("mesh-png", ["fit", "--target", "image.obj"], 2, "image.obj: not a mesh (a PNG image)", {}),
+    ("mesh-index-zero", ["fit", "--target", "zero.obj"], 2, "uses vertex 0, but only 3 vertices", {}),
+    ("mesh-index-too-big", ["fit", "--target", "nine.obj"], 2, "uses vertex 9, but only 3 vertices", {}),
+    ("mesh-no-faces", ["fit", "--target", "points.obj"], 2, "a point cloud of 3 points with no faces", {}),
+    ("mesh-huge-coordinates", ["fit", "--target", "huge.obj"], 2, "coordinates up to 1e+308 are too large", {}),
+    ("mesh-nan-coordinates", ["fit", "--target", "nan.obj"], 2, "1 vertices have NaN or infinite coordinates", {}),
+    ("mesh-degenerate", ["fit", "--target", "flat.obj"], 2, "every face is degenerate", {}),
+    ("mesh-unsupported", ["fit", "--target", "mesh.xyz"], 2, "unsupported format '.xyz'", {}),
+    ("mesh-corrupt-ply", ["fit", "--target", "junk.ply"], 2, "junk.ply: could not be read as PLY", {}),
+    ("config-missing", ["fit", "--config", "missing.json"], 2, "--config missing.json: cannot be read", {}),
+    ("config-not-json", ["fit", "--config", "bad.json"], 2, "--config bad.json: not JSON", {}),
+    ("config-not-a-fit", ["fit", "--config", "notarget.json"], 2, "not a fit.json (no \"target\")", {}),
+    # fit: outputs
+    ("fit-out-proc", ["fit", "--target", "blob", "--out", "/proc/x"], 2, "--out /proc/x: cannot create the folder", {}),
+    ("fit-out-unwritable", ["fit", "--target", "blob", "--out", "/proc"], 2, "--out /proc: the folder is not writable", {}),
+    ("fit-out-is-a-file", ["fit", "--target", "blob", "--out", "a_file"], 2, "--out a_file: exists and is not a folder", {}),
+    ("fit-out-under-a-file", ["fit", "--target", "blob", "--out", "a_file/sub"], 2, "a_file is not a folder", {}),
+    # fit: environment
+    ("fit-env-ti-arch", ["fit", "--target", "blob"], 2, "TI_ARCH=cuda is set in the environment", {"TI_ARCH": "cuda"}),
+    ("fit-env-shannon-arch", ["fit", "--target", "blob"], 2, "unknown backend 'metal' (from SHANNON_ARCH)",
+     {"SHANNON_ARCH": "metal"}),
+    # render
+    ("render-width-zero", ["render", "--width", "0"], 2, "width 0 is out of range", {}),
+    ("render-height-negative", ["render", "--height", "-1"], 2, "height -1 is out of range", {}),
+    ("render-width-huge", ["render", "--width", "20000"], 2, "width 20000 is out of range", {}),
+    ("render-width-word", ["render", "--width", "wide"], 2, "--width: invalid int value", {}),
+    ("render-t-outside", ["render", "--t", "1.5"], 2, "--t 1.5 is out of range", {}),
+    ("render-t-nan", ["render", "--t", "nan"], 2, "--t nan is not a finite number", {}),
+    ("render-azimuth-nan", ["render", "--azimuth", "nan"], 2, "--azimuth nan is not a finite number", {}),
+    ("render-azimuth-inf", ["render", "--azimuth", "inf"], 2, "--azimuth inf is not a finite number", {}),
+    ("render-elevation-90", ["render", "--elevation", "90"], 2, "--elevation 90 is out of range", {}),
+    ("render-distance-zero", ["render", "--distance", "0"], 2, "--distance 0 is out of range", {}),
+    ("render-frames-negative", ["render", "--frames", "-1"], 2, "--frames -1 is out of range", {}),
+    ("render-frames-huge", ["render", "--frames", "10001"], 2, "--frames 10001 is out of range", {}),
+    ("render-fps-nan", ["render", "--frames", "2", "--fps", "nan"], 2, "--fps nan is not a finite number", {}),
+    ("render-fps-zero", ["render", "--frames", "2", "--fps", "0"], 2, "--fps 0 is out of range", {}),
+    ("render-fps-huge", ["render", "--frames", "2", "--fps", "1000"], 2, "--fps 1000 is out of range", {}),
+    ("render-video-format", ["render", "--frames", "2", "--video", "avi"], 2, "--video 'avi'", {}),
+    ("render-float-format", ["render", "--float", "tiff"], 2, "--float: invalid choice", {}),
+    ("render-aov", ["render", "--aov", "some"], 2, "--aov: invalid choice", {}),
+    ("render-animation-too-big", ["render", "--frames", "10000", "--width", "4096", "--height", "2048"], 2,
+     "holds 234.4 GiB of frames", {}),
+    ("render-aov-with-frames", ["render", "--frames", "3", "--aov", "all"], 2, "--aov all applies to a single frame",
+     {}),
+    ("render-float-with-frames", ["render", "--frames", "3", "--float", "npy"], 2, "--float applies to a single", {}),
+    ("render-out-is-a-file", ["render", "--out", "a_file"], 2, "--out a_file: exists and is not a folder", {}),
+    ("render-env-ti-arch", ["render"], 2, "TI_ARCH=vulkan is set", {"TI_ARCH": "vulkan"}),
+    # headless
+    ("headless-only-empty", ["--headless", "--only", ","], 2, "--only ',' names no claim", {}),
+    ("headless-only-unknown", ["--headless", "--only", "affine,nope"], 2, "unknown claim nope in --only", {}),
+    ("headless-parity-unknown", ["--headless", "--parity-arch", "gpu"], 2, "unknown backend 'gpu' (from --parity-arch)",
+     {}),
+    ("headless-parity-auto", ["--headless", "--parity-arch", "auto"], 2, "--parity-arch must name a backend", {}),
+    ("headless-out-proc", ["--headless", "--out", "/proc/x"], 2, "--out /proc/x: cannot create the folder", {}),
+    ("headless-window-flag", ["--headless", "--frames", "3"], 2, "--frames only applies to the desktop app", {}),
+    ("headless-env-ti-arch", ["--headless"], 2, "TI_ARCH=cpu is set in the environment", {"TI_ARCH": "cpu"}),
+    ("headless-unknown-flag", ["--headless", "--fast"], 2, "unrecognized arguments: --fast", {}),
+    # the desktop app's test hooks (all refused before a window opens)
+    ("app-panel", ["--arch", "cpu", "--panel", "bogus"], 2, "--panel 'bogus'", {}),
+    ("app-size", ["--arch", "cpu", "--size", "12x"], 2, "--size '12x'", {}),
+    ("app-frames-zero", ["--arch", "cpu", "--frames", "0"], 2, "--frames 0", {}),
+    ("app-frames-word", ["--arch", "cpu", "--frames", "many"], 2, "--frames: invalid int value", {}),
+    ("app-screenshot-proc", ["--arch", "cpu", "--frames", "1", "--screenshot", "/proc/x/s.png"], 2,
+     "--screenshot /proc/x/s.png: folder /proc/x: cannot create the folder", {}),
+    ("app-screenshot-folder", ["--arch", "cpu", "--frames", "1", "--screenshot", "folder.obj"], 2,
+     "--screenshot folder.obj: is a folder", {}),
+    ("app-headless-flag", ["--arch", "cpu", "--out", "x"], 2, "--out only applies to --headless", {}),
+    ("app-no-display", ["--arch", "cpu"], 2, "no display: use --headless or run under Xvfb",
+     {"DISPLAY": None, "WAYLAND_DISPLAY": None}),
+    ("app-bogus-display", ["--arch", "cpu"], 2, "cannot open DISPLAY=:987", {"DISPLAY": ":987", "WAYLAND_DISPLAY": None}),
+    ("app-bogus-wayland", ["--arch", "cpu"], 2, "WAYLAND_DISPLAY=bogus-0 names no Wayland socket",
+     {"DISPLAY": None, "WAYLAND_DISPLAY": "bogus-0"}),
+    ("app-env-ti-arch", ["--arch", "cpu"], 2, "TI_ARCH=cuda is set", {"TI_ARCH": "cuda"}),
+    ("app-parity-unknown", ["--parity-arch", "gpu"], 2, "unknown backend 'gpu' (from --parity-arch)", {}),
+    ("bench-unknown", ["bench", "nope"], 2, "argument NAME: invalid choice: 'nope'", {}),
+    ("bench-out-proc", ["bench", "launch", "--out", "/proc/x"], 2, "--out /proc/x: cannot create the folder", {}),
+    ("bench-unknown-flag", ["bench", "launch", "--fast"], 2, "bench launch: unrecognized arguments: --fast", {}),
+]
+if NO_GPU:
+    CASES += [
+        ("fit-cuda-no-gpu", ["fit", "--target", "blob", "--arch", "cuda"], 2, "backend cuda is not available", {}),
+        ("headless-cuda-no-gpu", ["--headless", "--arch", "cuda"], 2, "backend cuda is not available", {}),
+        ("headless-parity-cuda-no-gpu", ["--headless", "--parity-arch", "cuda"], 2,
+         "backend cuda is not available: ", {}),
+        ("app-parity-cuda-no-gpu", ["--arch", "cpu", "--parity-arch", "cuda"], 2, "(--parity-arch cuda)", {}),
+    ]
+
+
+class BackendStarted(BaseException):
+    """A case meant to fail before any backend starts got as far as starting one (or opening a window)."""
+
+
+def _tripwire(*args, **kwargs):
+    raise BackendStarted(f"started with {args} {kwargs}")
+
+
+def make_fixtures(folder: Path) -> None:
+    for name, content in FIXTURES.items():
+        path = folder / name
+        if content is DIR:
+            path.mkdir()
+        else:
+            path.write_bytes(content if isinstance(content, bytes) else content.encode())
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def assert_one_error_line(code: int, out: str, err: str, expected_code: int, words: str) -> str:
+    """The exit code, one `error:` line with `words` (exit 1: none, and `words` on stdout's last line), no traceback."""
+    assert code == expected_code, (code, out, err)
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    if expected_code == 1:
+        assert errors == [] and words in out.strip().splitlines()[-1], (out, err)
+        return out.strip().splitlines()[-1]
+    assert len(errors) == 1 and words in errors[0], err
+    return errors[0]
+
+
+@pytest.fixture
+def inprocess(monkeypatch, capfd, tmp_path):
+    """Run `python -m app ARGV` in this process, in a fresh folder, with a backend start or a window as tripwires."""
+    from app.ui import app as ui_app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SHANNON_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setattr(backend, "init", _tripwire)
+    monkeypatch.setattr(ui_app, "run_app", _tripwire)
+    monkeypatch.setattr(ui_app, "_held_display", [])  # another test's checked display must not excuse a bad one
+
+    def run(argv: list[str], env: dict) -> tuple[int, str, str]:
+        for key, value in env.items():
+            monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
+        capfd.readouterr()
+        code = cli.main(argv)
+        out, err = capfd.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.mark.parametrize("case_id, argv, code, words, env", CASES, ids=[case[0] for case in CASES])
+def test_misuse_fails_in_one_line_before_any_backend_starts(inprocess, tmp_path, case_id, argv, code, words, env):
+    make_fixtures(tmp_path)
+    before = files_under(tmp_path)
+    assert_one_error_line(*inprocess(argv, env), code, words)
+    assert files_under(tmp_path) == before, "a refused run wrote or removed files"
+
+
+def test_there_are_at_least_60_misuse_cases():
+    assert len(CASES) + len(SUBPROCESS_CASES) >= 60
+
+
+# --- cases that need a backend, a signal, a second process or another user's rights ---------------------------
+
+def app_process(*args: str, cwd: Path, env: dict | None = None, preexec=None, prefix: tuple = (),
+                **popen) -> subprocess.Popen:
+    environment = {**os.environ, "SHANNON_LOG_DIR": str(cwd / "logs"), **(env or {})}
+    return subprocess.Popen([*prefix, sys.executable, "-m", "app", *args], cwd=cwd, env=environment, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec, **popen)
+
+
+def run_app(*args: str, cwd: Path, timeout: float = 300, **kwargs) -> tuple[int, str, str]:
+    process = app_process(*args, cwd=cwd, **kwargs)
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def without_file_permissions() -> tuple:
+    """A command prefix under which even root obeys file permission bits (or nothing, when not root)."""
+    if os.geteuid() != 0:
+        return ()
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without util-linux setpriv to drop the file-permission override")
+    return ("setpriv", "--bounding-set", "-dac_override,-dac_read_search")
+
+
+def no_temporary_files(folder: Path) -> None:
+    leftovers = [p for p in folder.rglob(".*") if p.name != output_dir.MANIFEST]
+    assert leftovers == [], f"temporary files left: {leftovers}"
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+TINY_FIT = ("fit", "--target", "blob", "--subdiv", "1", "--samples", "200", "--arch", "cpu")
+
+
+def case_unreadable_mesh(tmp_path):
+    secret = tmp_path / "secret.obj"
+    secret.write_text(FIXTURES["ok.obj"])
+    secret.chmod(0)
+    code, out, err = run_app("fit", "--target", str(secret), cwd=tmp_path, prefix=without_file_permissions())
+    assert_one_error_line(code, out, err, 2, "secret.obj: cannot be read (Permission denied)")
+    assert not (tmp_path / "out").exists()
+
+
+def case_read_only_out(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    code, out, err = run_app(*TINY_FIT, "--out", str(folder), cwd=tmp_path, prefix=without_file_permissions())
+    assert_one_error_line(code, out, err, 2, "the folder is not writable (Permission denied)")
+    assert list(folder.iterdir()) == []
+
+
+def case_fit_diverges(tmp_path):
+    code, out, err = run_app(*TINY_FIT, "--iters", "30", "--lr", "1e6", "--out", "out", cwd=tmp_path)
+    line = assert_one_error_line(code, out, err, 1, "FIT DIVERGED at iteration 1: the loss grew to")
+    record = json.loads((tmp_path / "out" / "fit.json").read_text())
+    assert record["status"] == "diverged" and record["diverged"] is True and record["diverged_at"] == 1, line
+    assert record["iterations_done"] == 2 and record["losses"][1] > 100 * record["losses"][0]
+    assert {"final.obj", "loss.png", "loss.svg"} <= set(os.listdir(tmp_path / "out"))
+
+
+def case_fit_ends_worse(tmp_path):
+    code, out, err = run_app(*TINY_FIT, "--iters", "5", "--out", "out", cwd=tmp_path)
+    assert_one_error_line(code, out, err, 1, "the loss ended above its first value")
+    record = json.loads((tmp_path / "out" / "fit.json").read_text())
+    assert record["diverged"] and record["final_loss"] > record["losses"][0] and record["iterations_done"] == 5
+    assert all(loss > record["losses"][0] for loss in record["losses"][record["diverged_at"]:])
+
+
+def _interrupt_fit(tmp_path, sig: signal.Signals) -> None:
+    """A long fit holds its folder (a second run is refused naming its pid), then a signal stops it with its files."""
+    first = app_process(*TINY_FIT, "--iters", "1000000", "--dump-every", "50", "--out", "out", cwd=tmp_path)
+    try:
+        wait_for(lambda: (tmp_path / "out" / "frames").is_dir(), 120, "the first fit's iterations")
+        code, out, err = run_app(*TINY_FIT, "--out", "out", cwd=tmp_path)
+        assert_one_error_line(code, out, err, 2, f"--out out is in use by another run (pid {first.pid}, "
+                                                 "python -m app fit)")
+        first.send_signal(sig)
+        out, err = first.communicate(timeout=60)
+    finally:
+        first.kill()
+    assert_one_error_line(first.returncode, out, err, 130, f"interrupted by {sig.name}: stopped after iteration")
+    folder = tmp_path / "out"
+    record = json.loads((folder / "fit.json").read_text())
+    assert record["status"] == "interrupted" and record["interrupted"] and record["signal"] == sig.name
+    assert 0 < record["iterations_done"] < 1000000 and len(record["losses"]) == record["iterations_done"]
+    assert {"final.obj", "loss.png", "loss.svg", "frames"} <= set(os.listdir(folder))
+    assert len(list((folder / "frames").iterdir())) == -(-record["iterations_done"] // 50)
+    no_temporary_files(folder)
+
+
+def case_fit_sigint_keeps_its_work(tmp_path):
+    _interrupt_fit(tmp_path, signal.SIGINT)
+
+
+def case_render_sigterm_keeps_its_frames(tmp_path):
+    process = app_process("render", "--arch", "cpu", "--width", "64", "--height", "32", "--frames", "10000",
+                          "--video", "gif", "--fps", "10", "--out", "out", cwd=tmp_path)
+    try:
+        wait_for(lambda: len(list((tmp_path / "out" / "frames").glob("*.png"))) >= 2
+                 if (tmp_path / "out" / "frames").is_dir() else False, 120, "two frames")
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert_one_error_line(process.returncode, out, err, 130, "interrupted by SIGTERM")
+    record = json.loads((tmp_path / "out" / "render.json").read_text())
+    done = record["frames_done"]
+    assert record["interrupted"] and record["signal"] == "SIGTERM" and 2 <= done < 10000
+    assert len(list((tmp_path / "out" / "frames").glob("frame_*.png"))) == done
+    assert gif_duration_ms(tmp_path / "out" / "animation.gif") == done * 100  # Pillow merges equal frames, not time
+    no_temporary_files(tmp_path / "out")
+
+
+def gif_duration_ms(path: Path) -> int:
+    """The total play time a GIF stores (the sum of its frame delays)."""
+    image = Image.open(path)
+    total = 0
+    for index in range(image.n_frames):
+        image.seek(index)
+        total += image.info["duration"]
+    return total
+
+
+def _file_size_limit(limit: int):
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails (EFBIG) instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def case_file_size_limit(tmp_path):
+    code, out, err = run_app(*TINY_FIT, "--iters", "3", "--out", "out", cwd=tmp_path, preexec=_file_size_limit(16384))
+    assert_one_error_line(code, out, err, 2, f"cannot write {Path('out') / 'loss.png'}: File too large")
+    folder = tmp_path / "out"
+    assert (folder / "final.obj").stat().st_size > 0, "the files written before are kept"
+    assert not (folder / "fit.json").exists()
+    no_temporary_files(folder)
+
+
+def case_disk_fills_during_the_run(tmp_path):
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("no tmpfs can be mounted here (needs root): the file-size-limit case covers a full disk")
+    try:
+        # 300 iterations, a mesh each: about 1.9 MiB by the run's own estimate, so the free-space check passes
+        process = app_process(*TINY_FIT, "--iters", "300", "--dump-every", "1", "--out", str(mount / "out"),
+                              cwd=tmp_path)
+        try:
+            wait_for(lambda: process.poll() is not None or (mount / "out" / "frames").is_dir()
+                     and len(list((mount / "out" / "frames").glob("*.obj"))) >= 3, 120, "three frames")
+            with open(mount / "ballast", "wb") as ballast:  # another program fills the disk
+                try:
+                    while True:
+                        ballast.write(b"\0" * 65536)
+                except OSError:
+                    pass
+            out, err = process.communicate(timeout=60)
+        finally:
+            process.kill()
+        line = assert_one_error_line(process.returncode, out, err, 2, "No space left on device")
+        assert f"cannot write {mount / 'out'}/" in line  # a frame, or a file after the loop on a fast machine
+        frames = list((mount / "out" / "frames").glob("iter_*.obj"))
+        assert len(frames) >= 3 and all(frame.stat().st_size > 0 for frame in frames)
+        no_temporary_files(mount / "out")
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def case_leftovers_of_other_runs_are_cleared(tmp_path):
+    folder = tmp_path / "out"
+    (folder / "frames").mkdir(parents=True)
+    for name in ("frames/iter_00000.obj", "frames/frame_0000.png", "fit.json", "animation.gif", "notes.txt"):
+        (folder / name).write_text("from before")
+    (folder / output_dir.MANIFEST).write_text(json.dumps(
+        {"pid": 1, "command": "render", "patterns": ["frames/frame_*.png", "animation.gif"]}))
+    code, out, err = run_app("fit", "--target", "blob", "--arch", "vulkan", "--out", "out", cwd=tmp_path,
+                             env={"VK_ICD_FILENAMES": "/nonexistent/icd.json"})
+    assert_one_error_line(code, out, err, 2, "backend vulkan is not available")
+    assert sorted(p.name for p in folder.iterdir()) == [output_dir.MANIFEST, "notes.txt"]
+
+
+def case_headless_parity_worker_cannot_start(tmp_path):
+    code, out, err = run_app("--headless", "--arch", "cpu", "--parity-arch", "vulkan", "--only", "affine",
+                             "--out", "out", cwd=tmp_path, env={"VK_ICD_FILENAMES": "/nonexistent/icd.json"})
+    assert_one_error_line(code, out, err, 2, "backend vulkan is not available")
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
+def case_headless_ctrl_c(tmp_path):
+    """Ctrl-C reaches the whole process group: the parity worker says nothing, the runner one line."""
+    process = app_process("--headless", "--arch", "cpu", "--parity-arch", "cpu", "--only",
+                          "affine,tape_chain,sgd_oracle,chamfer_adam", "--out", "out", cwd=tmp_path,
+                          start_new_session=True)
+    try:
+        lines = []
+        while not any(line.startswith("AFFINE ACCEPTANCE") for line in lines):
+            line = process.stdout.readline()
+            assert line, "the run ended before the parity worker was up"
+            lines.append(line)
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL) if process.poll() is None else None
+    assert_one_error_line(process.returncode, "".join(lines) + out, err, 130, "interrupted by SIGINT: report.json")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["interrupted"] is True and report["claims"][0]["name"] == "affine"
+
+
+@pytest.mark.skipif(not os.environ.get("DISPLAY"), reason="the desktop app needs a display (scripts/test.sh: Xvfb)")
+def case_app_backend_never_starts(tmp_path):
+    code, out, err = run_app("--arch", "vulkan", "--parity-arch", "cpu", "--frames", "1", cwd=tmp_path,
+                             env={"VK_ICD_FILENAMES": "/nonexistent/icd.json"})
+    assert_one_error_line(code, out, err, 2, "the vulkan backend never started: backend vulkan is not available")
+    assert "fps" not in out, "no frame-rate summary for a run that never had a backend"
+
+
+@pytest.mark.skipif(not os.environ.get("DISPLAY"), reason="the desktop app needs a display (scripts/test.sh: Xvfb)")
+def case_app_ctrl_c(tmp_path):
+    process = app_process("--arch", "cpu", "--parity-arch", "cpu", "--frames", "100000", "-v", cwd=tmp_path,
+                          start_new_session=True)
+    try:
+        time.sleep(8)  # the window is up and both workers are starting or serving
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL) if process.poll() is None else None
+    assert_one_error_line(process.returncode, out, err, 130, "interrupted by SIGINT: the window was closed")
+
+
+SUBPROCESS_CASES = [case_unreadable_mesh, case_read_only_out, case_fit_diverges, case_fit_ends_worse,
+                    case_fit_sigint_keeps_its_work, case_render_sigterm_keeps_its_frames, case_file_size_limit,
+                    case_disk_fills_during_the_run, case_leftovers_of_other_runs_are_cleared,
+                    case_headless_parity_worker_cannot_start, case_headless_ctrl_c, case_app_backend_never_starts,
+                    case_app_ctrl_c]
+
+
+@pytest.mark.parametrize("case", SUBPROCESS_CASES, ids=[case.__name__[5:] for case in SUBPROCESS_CASES])
+def test_misuse_in_a_real_process(case, tmp_path):
+    case(tmp_path)
+
+
+# --- internal errors, crashed and stuck workers: exit code 3 with the traceback in a log ---------------------------
+
+def test_an_internal_error_is_one_line_naming_its_log(inprocess, monkeypatch, tmp_path):
+    from app.scenes import fit_run
+
+    def bug(settings):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(fit_run, "_estimate_bytes", bug)
+    line = assert_one_error_line(*inprocess(["fit", "--target", "blob"], {}), 3,
+                                 "internal error (ZeroDivisionError: a bug); full traceback in ")
+    log = Path(line.rsplit(" in ", 1)[1])
+    assert log.parent == tmp_path / "logs" and "Traceback" in log.read_text() and ", in bug" in log.read_text()
+
+
+@pytest.fixture
+def misuse_claims(monkeypatch):
+    from app import claims, headless
+
+    table = {name: "tests.misuse_claims" for name in ("crashes", "worker_stopped", "worker_killed")}
+    monkeypatch.setattr(headless, "CLAIMS", {**claims.CLAIMS, **table})
+    return table
+
+
+@pytest.mark.parametrize("claim, words", [
+    ("crashes", "ZeroDivisionError: a bug in a claim"),
+    ("worker_stopped", "was stopped (SIGSTOP?) for 2 s during tests.worker_faults:hang"),
+    ("worker_killed", "died during tests.worker_faults:hang (killed by SIGKILL)"),
+])
+def test_a_crash_in_a_claim_or_its_worker_is_exit_3_with_the_traceback_in_the_report(
+        ti_cpu, misuse_claims, monkeypatch, capfd, tmp_path, claim, words):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SHANNON_LOG_DIR", str(tmp_path / "logs"))
+    started = time.monotonic()
+    code = cli.main(["--headless", "--arch", "cpu", "--parity-arch", "cpu", "--only", claim, "--out", "out"])
+    out, err = capfd.readouterr()
+    assert time.monotonic() - started < 60, "a stuck worker must be reported within seconds"
+    assert_one_error_line(code, out, err, 3, "internal error in 1 claim(s); full tracebacks in report.json and")
+    record = json.loads((tmp_path / "out" / "report.json").read_text())["claims"][0]
+    assert words in record["error"] and "Traceback" in record["traceback"]
+    assert Path(record["crash_log"]).read_text().count("Traceback") >= 1
+
+
+def test_a_wedged_worker_is_reported_at_its_idle_limit(monkeypatch):
+    from engine import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "IDLE_LIMIT_S", 2.0)
+    with worker_module.BackendWorker("cpu") as worker:
+        started = time.monotonic()
+        with pytest.raises(worker_module.WorkerError, match=r"made no progress for 2 s .*wedged"):
+            worker.call("tests.worker_faults:hang", timeout_s=300)
+        assert time.monotonic() - started < 6 and not worker.alive
+
+
+def test_a_worker_ignores_ctrl_c_and_keeps_serving():
+    from tests.conftest import backend_worker
+
+    worker = backend_worker("cpu")
+    os.kill(worker.pid, signal.SIGINT)
+    time.sleep(0.3)
+    assert worker.alive
+    assert worker.call("affine", x=np.ones(4, np.float32))["y"].shape == (4,)
+
+
+def test_a_worker_that_dies_between_calls_is_shown_dead_by_its_link():
+    from app.ui.links import WorkerLink
+
+    link = WorkerLink("cpu", priorities=("render",))
+    link.start()
+    try:
+        wait_for(lambda: link.status == "ready", 120, "the worker")
+        os.kill(link._worker.pid, signal.SIGKILL)
+        wait_for(lambda: link.status.startswith("unavailable"), 3, "the link to notice")
+        assert link.status == "unavailable: the cpu worker died (killed by SIGKILL)"
+    finally:
+        link.close()
+
+
+def test_the_loss_ending_above_its_start_is_found_from_where_it_stayed_above():
+    from app.scenes.fit_run import _diverged_at
+
+    assert _diverged_at([1.0, 0.5, 0.8, 1.2, 1.5], 2.0) == 3
+    assert _diverged_at([1.0, 1.1, 1.2], 1.3) == 1
+    assert _diverged_at([1.0, 0.5], 1.5) == 2  # only the last update made it worse
+    assert _diverged_at([1.0, 1.5, 0.9], 0.8) is None
+    assert _diverged_at([1.0, 0.5], float("nan")) == 2
