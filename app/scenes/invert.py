@@ -39,6 +39,7 @@ from engine.render import Camera
 MAX_WIDTH, MAX_HEIGHT = 512, 256  # the shared differentiable renderer's size: one compile serves every view up to it
 DEFAULT_PERTURB = "joints=20,gripper=0.03,letter=0.2,letter_angles=10"
 DEFAULT_T = 0.1  # the arm stands clear of the tiles against the floor; the fallen tile lies on the table
+OUTPUTS = ("invert.json", "loss.png", "loss.svg", "progress.gif", "frames/iter_*.png")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class InvertSettings:
     edge_start: float = 2.0  # silhouette width (pixel footprints) at the start, narrowing to 1
     narrow_until: float = 0.6  # share of the iterations over which the silhouettes narrow
     lr_end: float = 0.1  # the learning rate ends at lr * lr_end (cosine)
+    cycles: int = 2  # the schedule runs this many times (a restart shakes the fit out of a shallow minimum)
     groups: tuple[str, ...] = ("joints", "gripper", "letter", "letter_angles")  # optimised groups
 
 
@@ -136,10 +138,12 @@ class InverseRender:
         self.errors: list[dict[str, float]] = []  # per iteration, before its update (when truth is known)
 
     def _schedule(self) -> tuple[float, float]:
+        """Silhouette width and learning rate at this iteration: `cycles` equal cosine cycles (warm restarts)."""
         s = self.settings
-        frac = self.iteration / s.iterations
+        length = s.iterations / s.cycles
+        frac = min((self.iteration % length) / length, 1.0) if self.iteration < s.iterations else 1.0
         edge = 1.0 + (s.edge_start - 1.0) * max(0.0, 1.0 - frac / s.narrow_until)
-        lr = s.lr * (s.lr_end + (1.0 - s.lr_end) * 0.5 * (1.0 + math.cos(math.pi * min(frac, 1.0))))
+        lr = s.lr * (s.lr_end + (1.0 - s.lr_end) * 0.5 * (1.0 + math.cos(math.pi * frac)))
         return edge, lr
 
     def step(self) -> float:
@@ -272,6 +276,16 @@ def _validate(args: argparse.Namespace) -> tuple[dict[str, float], dict[int, flo
 
 def main(argv: list[str]) -> int:
     """`python -m app invert ...` (see the module docstring)."""
+    from engine import output_dir
+
+    args = _parser().parse_args(argv)
+    checked = _validate(args)  # every bad flag and a bad target image fail before the output folder is touched
+    target_png = load_target_png(args.target_image, args.width, args.height) if args.target_image else None
+    with output_dir.claim(args.out, "invert", OUTPUTS) as folder:
+        return _invert(args, checked, target_png, folder.path)
+
+
+def _invert(args: argparse.Namespace, checked: tuple, target_png: np.ndarray | None, out: Path) -> int:
     from app.plot import write_loss_plot
     from app.scenes.robot_arm import theta_at
     from engine import atomic, backend, image_io
@@ -279,12 +293,10 @@ def main(argv: list[str]) -> int:
     from engine.interrupt import graceful_stop
     from engine.progress import bar
 
-    args = _parser().parse_args(argv)
-    perturb, overrides, groups, camera = _validate(args)
+    perturb, overrides, groups, camera = checked
     truth = theta_at(args.t)
     for index, value in overrides.items():
         truth[index] = value
-    target_png = load_target_png(args.target_image, args.width, args.height) if args.target_image else None
     running = backend.init(args.arch)
     started = time.perf_counter()
     target = target_png if target_png is not None else render_target(truth, args.width, args.height, camera)
@@ -292,7 +304,6 @@ def main(argv: list[str]) -> int:
     settings = InvertSettings(iterations=args.iters, lr=args.lr, loss=args.loss, levels=args.levels,
                               edge_start=args.edge_start, groups=groups)
     inv = InverseRender(target, start, truth, args.width, args.height, camera, settings)
-    out = Path(args.out)
     start_loss = inv.image_loss(start)
     frames = []
     progress = bar(total=args.iters, desc=f"invert on {running.name}")

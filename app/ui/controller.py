@@ -39,6 +39,7 @@ FIT_BATCH_S = 0.05  # a running fit returns to the link this often, so frames ca
 GRAD_PARITY_EVERY_S = 2.0  # the live fit's gradients are compared across backends at most this often
 INVERT_BATCH_S = 0.3  # a running inverse render returns to the link this often
 INVERT_VIEW = (128, 64)  # the inverse render panel's resolution
+INVERT_TIMEOUT_S = 1800.0  # a cold start compiles the differentiable renderer: minutes on a loaded 2-core machine
 MIN_RENDER_PX = 32
 FIRST_CALLS = {  # a worker's first call of these compiles kernels: the status bar says so meanwhile
     "render_frame": "compiling the ray-march kernel",
@@ -65,7 +66,9 @@ class Controller:
     """Owns the two worker links; see the module docstring."""
 
     def __init__(self, state: AppState):
-        self.primary = WorkerLink(state.arch, priorities=("fit", "invert", "render"), queued=("fit", "invert"))
+        # the inverse render goes first: its fields must be the worker's first (Taichi's offline cache is keyed by
+        # SNode ids), or its kernels compile again (minutes) instead of loading
+        self.primary = WorkerLink(state.arch, priorities=("invert", "fit", "render"), queued=("invert", "fit"))
         self.parity = WorkerLink(state.parity_arch, priorities=("grad", "render_grad", "render"), post=_parity_post)
         self._sent_render: dict | None = None
         self._fit_started: float | None = None  # perf_counter when the running fit's rate window began
@@ -81,8 +84,8 @@ class Controller:
     def start(self, state: AppState) -> None:
         self.primary.start()
         self.parity.start()
-        state.commands.append(reset_command(state))
         state.commands.append(invert_reset_command(state))
+        state.commands.append(reset_command(state))
 
     def close(self) -> None:
         self.primary.close()
@@ -178,7 +181,7 @@ class Controller:
         elif name == "invert_gradient":
             atol = GRAD_RTOL * float(np.abs(out["grad"]).max())
             self.parity.send(Request("render_grad", "render_gradient", dict(out["at"]),
-                                     context=(out["grad"], atol, int(out["iteration"]))))
+                                     context=(out["grad"], atol, int(out["iteration"])), timeout_s=INVERT_TIMEOUT_S))
         elif name == "fit_gradient":
             atol = GRAD_RTOL * float(np.abs(out["grad"]).max())
             self.parity.send(Request("grad", "fit_gradient_at", dict(out["at"]),
@@ -296,7 +299,7 @@ class Controller:
         if self.primary.status.startswith("unavailable"):
             state.error(f"inverse render: the {state.arch} backend is unavailable")
             return
-        self.primary.send(Request("invert", f"{SERVICES}:{function}", inputs))
+        self.primary.send(Request("invert", f"{SERVICES}:{function}", inputs, timeout_s=INVERT_TIMEOUT_S))
 
     def _keep_inverting(self, state: AppState) -> None:
         view = state.invert
