@@ -8,8 +8,7 @@ from engine.fields import FieldGroup, taichi_float
 from engine.kernels.affine import affine, sum_into
 from engine.launch import launch
 
-A, B = 2.0, 0.5
-
+A, B = 2.0, 0.5  # y = A*x + B: the affine acceptance, and the first link of the tape chain (engine.chain)
 
 
 class AffineProblem:

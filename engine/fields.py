@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import taichi as ti
 
+from engine import backend
+
 _TAICHI_DTYPES = {np.dtype(np.float32): ti.f32, np.dtype(np.float64): ti.f64}
 
 
@@ -33,6 +35,7 @@ class FieldGroup:
     """
 
     def __init__(self) -> None:
+        backend.require()  # Taichi's own failure here is a C++ assertion about its program
         self._builder = ti.FieldsBuilder()
         self._tree: Any = None
 

@@ -149,17 +149,6 @@ def serial_total(partial: ti.template(), total: ti.template()):
 
 
 @ti.kernel
-def zero_scalar(total: ti.template()):
-    total[None] = 0.0
-
-
-@ti.kernel
-def zero_ints(values: ti.template()):
-    for i in values:
-        values[i] = 0
-
-
-@ti.kernel
 def laplacian_step(x: ti.template(), neighbour_start: ti.template(), neighbours: ti.template(), lam: ti.f64,
                    out: ti.template()):
     """out[i] = x[i] + lam * (mean of x over i's neighbours - x[i]): one uniform-Laplacian smoothing step."""
