@@ -36,7 +36,7 @@ from engine.errors import EXIT_INTERNAL, Interrupted, UserError
 from engine.interrupt import raise_on_signals
 
 SUBCOMMANDS: dict[str, str] = {  # name -> "module" (add_arguments + run) or "module:main" (parses argv itself)
-    "bench": "app.bench",
+    "bench": "app.bench_cli",
     "render": "app.scenes.render_cli",
     "fit": "app.scenes.fit_cli",
     "batch": "app.batch.cli:main",

@@ -10,7 +10,7 @@ engine names nothing above it; `BackendWorker.call` resolves a name in the calli
 process and sends the worker the "module:function" it stands for.
 
     >>> resolve("affine")
-    'engine.affine:run_affine'
+    'engine.affine_problem:run_affine'
     >>> resolve("tests.worker_faults:hang")
     'tests.worker_faults:hang'
 """
@@ -21,14 +21,14 @@ import importlib
 import numpy as np
 
 REGISTRY: dict[str, str] = {
-    "affine": "engine.affine:run_affine",
-    "affine_gradcheck": "engine.affine:run_affine_gradcheck",
-    "tape_chain": "engine.chain:run_tape_chain",
-    "tape_chain_gradcheck": "engine.chain:run_tape_chain_gradcheck",
-    "sgd_oracle": "engine.sgd_oracle:run_sgd_oracle",
+    "affine": "engine.affine_problem:run_affine",
+    "affine_gradcheck": "engine.affine_problem:run_affine_gradcheck",
+    "tape_chain": "engine.chain_problem:run_tape_chain",
+    "tape_chain_gradcheck": "engine.chain_problem:run_tape_chain_gradcheck",
+    "sgd_oracle": "engine.sgd_oracle_problem:run_sgd_oracle",
     "dispatch_echo": "engine.dispatch_echo:run_dispatch_echo",
-    "closest_point": "engine.bvh:run_closest_point",
-    "bvh_refit_vs_rebuild": "engine.bvh:run_refit_vs_rebuild",
+    "closest_point": "engine.triangle_bvh:run_closest_point",
+    "bvh_refit_vs_rebuild": "engine.triangle_bvh:run_refit_vs_rebuild",
     "render_gradient": "engine.diff_render:run_render_gradient",
     "render_gradcheck": "engine.diff_render:run_render_gradcheck",
     "adjoint_checks": "engine.adjoint_checks:run_adjoint_checks",

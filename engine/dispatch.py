@@ -420,7 +420,7 @@ def bind(kernel: Any, *args: Any, name: str | None = None, fresh_context: bool |
         >>> import taichi as ti
         >>> from engine import backend
         >>> from engine.fields import FieldGroup
-        >>> from engine.kernels.affine import affine, sum_into   # y = a*x + b; total += sum(values)
+        >>> from engine.kernels.elementwise import affine, sum_into   # y = a*x + b; total += sum(values)
         >>> _ = backend.init("cpu")
         >>> group = FieldGroup()
         >>> x, y, total = group.field(ti.f32, (3,)), group.field(ti.f32, (3,)), group.field(ti.f32, ())

@@ -13,7 +13,7 @@ import numpy as np
 
 from app.cli import example_parser
 from engine import backend, image_io
-from engine.bvh import TriangleBVH
+from engine.triangle_bvh import TriangleBVH
 from engine.meshgen import blob
 
 

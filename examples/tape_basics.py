@@ -16,7 +16,7 @@ from engine import backend
 from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
 from engine.fields import FieldGroup
-from engine.kernels.affine import affine, sin_map, sum_into  # y = a*x + b, z = sin(y), total += sum(values)
+from engine.kernels.elementwise import affine, sin_map, sum_into  # y = a*x + b, z = sin(y), total += sum(values)
 from engine.launch import launch
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def refused(make):
         return str(exc)
     return "no error"
 
-from engine.bvh import TriangleBVH
+from engine.triangle_bvh import TriangleBVH
 from engine.render import Renderer
 from app.scenes.shape_fit import ShapeFit
 vertices, faces = icosphere(1)

@@ -49,7 +49,7 @@ def _close_render_workers():
 
 # ---- the pairing --------------------------------------------------------------------------------
 def test_every_custom_adjoint_is_declared_beside_its_forward_and_named_after_it():
-    import engine.kernels.chamfer  # noqa: F401  (declares its pair on import)
+    import engine.kernels.chamfer_terms  # noqa: F401  (declares its pair on import)
     import engine.kernels.image_loss  # noqa: F401
     import engine.kernels.reduce  # noqa: F401
     import engine.kernels.softmin  # noqa: F401

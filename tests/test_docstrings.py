@@ -18,7 +18,7 @@ MODULES = sorted(".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
 def test_the_public_api_has_runnable_examples():
-    assert {"engine.autodiff.tape", "engine.dispatch", "engine.render", "engine.chamfer",
+    assert {"engine.autodiff.tape", "engine.dispatch", "engine.render", "engine.chamfer_loss",
             "app.scenes.shape_fit"} <= set(MODULES)
 
 

@@ -11,9 +11,9 @@ import taichi as ti
 from engine.autodiff.access import declare_access, kernel_access
 from engine.autodiff.gradcheck import gradcheck
 from engine.autodiff.tape import Tape, TapeHazardError
-from engine.chain import ChainProblem
+from engine.chain_problem import ChainProblem
 from engine.fields import FieldGroup
-from engine.kernels.affine import affine, sin_map, sum_into
+from engine.kernels.elementwise import affine, sin_map, sum_into
 from engine.launch import custom, launch
 from tests.conftest import OTHER_ARCHS, backend_worker
 
@@ -310,7 +310,7 @@ def test_misuse_raises_errors_that_say_what_to_do(ti_cpu):
 
 def chain_on_backend(x: np.ndarray) -> dict:
     """The f32 chain (recorded launches, gradient) on whichever backend runs this (a worker)."""
-    from engine.chain import run_tape_chain
+    from engine.chain_problem import run_tape_chain
 
     return run_tape_chain(x)
 

@@ -11,7 +11,7 @@ from app.ui.controller import START_UP, Controller
 from app.ui.gl import MESH_FOV_Y
 from app.ui.menus import SHORTCUTS
 from app.ui.panels import file_dialog
-from app.ui.panels.shape_fit import FRAME_MARGIN, framing_distance
+from app.ui.panels.fit_panel import FRAME_MARGIN, framing_distance
 from app.ui.state import AppState, Orbit
 from engine import image_io
 

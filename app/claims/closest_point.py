@@ -12,7 +12,7 @@ import numpy as np
 
 from app.scenes.fit_settings import ASSETS, REAL_TARGETS
 from engine import computations
-from engine.bvh import sample_queries
+from engine.triangle_bvh import sample_queries
 from engine.mesh_io import load_mesh
 from engine.meshgen import icosphere
 

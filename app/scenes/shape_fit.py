@@ -42,7 +42,7 @@ from app.scenes.fit_settings import (ASSETS, RECOMMENDED_ITERS, RECOMMENDED_LR, 
                                      RECOMMENDED_SMOOTH_END, REAL_TARGETS, TARGETS, check_subdiv_lr_smooth)
 from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
-from engine.chamfer import ChamferLoss, LaplacianSmoother
+from engine.chamfer_loss import ChamferLoss, LaplacianSmoother
 from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.mesh_io import Mesh, load_mesh, make_mesh, write_mesh

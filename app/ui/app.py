@@ -243,7 +243,15 @@ def run_app(options: AppOptions) -> AppRun:
     from app.ui import menus
     from app.ui.controller import Controller
     from app.ui.gl import Gfx
-    from app.ui.panels import file_dialog, invert, parity, raymarch, shape_fit, status, tape
+    from app.ui.panels import (
+        file_dialog,
+        invert_panel as invert,
+        parity_panel as parity,
+        raymarch_panel as raymarch,
+        fit_panel as shape_fit,
+        status_panel as status,
+        tape_panel as tape,
+    )
     from app.ui.state import AppState
 
     state = AppState(arch=options.arch, parity_arch=options.parity_arch, show_timings=options.show_timings,

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from imgui_bundle import imgui
 
-from app.ui.panels import file_dialog, raymarch, shape_fit
+from app.ui.panels import file_dialog, raymarch_panel as raymarch, fit_panel as shape_fit
 from app.ui.state import UI_SCALES, AppState
 from app.version import version
 

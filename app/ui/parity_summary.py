@@ -2,7 +2,7 @@
 
 The controller's link thread calls `summarise` on every answer of the parity worker (it
 touches every value: a heat map and a histogram of the whole frame); the panel
-(app/ui/panels/parity.py) only draws the result, with the same `LOG_RANGE` and `HIST_BINS`.
+(app/ui/panels/parity_panel.py) only draws the result, with the same `LOG_RANGE` and `HIST_BINS`.
 
     >>> import numpy as np
     >>> out = summarise(np.zeros((2, 2, 3)), np.full((2, 2, 3), 1e-3), atol=1e-4)

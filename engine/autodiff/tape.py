@@ -10,7 +10,7 @@ generated `kernel.grad`, the adjoint declared for the kernel with
     from engine import backend
     from engine.autodiff.tape import Tape
     from engine.fields import FieldGroup
-    from engine.kernels.affine import affine, sin_map, sum_into
+    from engine.kernels.elementwise import affine, sin_map, sum_into
     from engine.launch import launch
 
     backend.init("cpu")
@@ -174,7 +174,7 @@ class Tape:
         >>> import taichi as ti
         >>> from engine import backend
         >>> from engine.fields import FieldGroup
-        >>> from engine.kernels.affine import affine, sum_into
+        >>> from engine.kernels.elementwise import affine, sum_into
         >>> from engine.launch import launch
         >>> _ = backend.init("cpu")
         >>> group = FieldGroup()

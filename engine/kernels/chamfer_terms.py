@@ -1,6 +1,6 @@
 """Chamfer terms against held correspondences, fixed-order reductions, and Laplacian smoothing.
 
-The closest-point search (engine.kernels.bvh) uses `while`/`break`, which Taichi's
+The closest-point search (engine.kernels.bvh_query) uses `while`/`break`, which Taichi's
 reverse-mode AD rejects, so it runs untaped and its answers are *held*: the envelope
 theorem says d/dx min_y |x - y|^2 = d/dx |x - y*|^2 with the argmin y* held fixed.
 The taped kernels here compute those held squared distances:

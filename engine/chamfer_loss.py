@@ -13,7 +13,7 @@ a static BVH over the target; (b) each of `n_samples` target surface samples s_j
 source surface, through a BVH over the source refitted on the device every iteration
 (and re-sorted on the host every REBUILD_EVERY iterations, which keeps its boxes tight).
 
-Gradients by the envelope theorem (see engine.kernels.chamfer): the queries run
+Gradients by the envelope theorem (see engine.kernels.chamfer_terms): the queries run
 untaped and their answers are held; the taped kernels differentiate the squared
 distance to the held point, expressed for (b) as the barycentric combination of the
 held source triangle's corners, so the gradient spreads onto those three vertices by
@@ -27,10 +27,10 @@ import taichi as ti
 
 from engine.autodiff.grad_kernels import fill_value
 from engine.autodiff.tape import Tape
-from engine.bvh import TriangleBVH, morton_order
+from engine.triangle_bvh import TriangleBVH, morton_order
 from engine.errors import UserError
 from engine.fields import FieldGroup
-from engine.kernels import chamfer as k
+from engine.kernels import chamfer_terms as k
 from engine.launch import custom, launch
 from engine.mesh_io import Mesh
 
@@ -126,7 +126,7 @@ class ChamferLoss:
         self.partial_a = g.field(dtype, (self.terms_a.shape[0] // k.BLOCK,), needs_grad=True)
         self.partial_b = g.field(dtype, (self.terms_b.shape[0] // k.BLOCK,), needs_grad=True)
         self.value = g.field(dtype, (), needs_grad=True)
-        # vertex -> (sample, corner) slot index for the fixed-order scatter (see engine.kernels.chamfer)
+        # vertex -> (sample, corner) slot index for the fixed-order scatter (see engine.kernels.chamfer_terms)
         self.ref_count = g.field(ti.i32, (self.n_vertices,))
         self.ref_start = g.field(ti.i32, (self.n_vertices + 1,))
         self.ref_cursor = g.field(ti.i32, (self.n_vertices,))
