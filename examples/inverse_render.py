@@ -9,7 +9,7 @@ must end within 1 degree of the truth (the project's claim `pose_recovery` asks 
 at 256x128 over 400 iterations; `python -m app invert` is the full command).
 
     python examples/inverse_render.py                   # then a window shows current | target | |difference|
-    python examples/inverse_render.py --iters 300 --width 256 --height 128 --arch vulkan --headless
+    python examples/inverse_render.py --iters 300 --arch vulkan --headless
 """
 from pathlib import Path
 
@@ -24,8 +24,8 @@ if __name__ == "__main__":
     parser = example_parser(__doc__)                    # --arch, --headless
     parser.add_argument("--t", type=float, default=0.1, help="time on the timeline of the target (default 0.1)")
     parser.add_argument("--iters", type=int, default=150, help="iterations (default 150)")
-    parser.add_argument("--width", type=int, default=128)
-    parser.add_argument("--height", type=int, default=64)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--height", type=int, default=128)
     parser.add_argument("--out", default="out/examples", help="folder for invert.png")
     args = parser.parse_args()
     print(f"backend: {backend.init(args.arch).name}")
