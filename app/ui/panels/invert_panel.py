@@ -90,6 +90,7 @@ def _images(state: AppState, gfx: Gfx) -> None:
     spacing = imgui.get_style().item_spacing.x
     height, width = view.image.shape[:2]
     scale = min((avail.x - 2 * spacing) / (3 * width), avail.y * 0.45 / height)
+    imgui.text_disabled("  |  ".join(label for _, label in IMAGES))
     size = imgui.ImVec2(max(width * scale, 8.0), max(height * scale, 8.0))
     for i, (key, label) in enumerate(IMAGES):
         if i:
