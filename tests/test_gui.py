@@ -221,9 +221,9 @@ def _script(records: dict, files: dict):
         # first, so Taichi's offline cache may miss: minutes under load), and nothing else waits on it
         ctx.set_ref("Parity")
         ctx.item_click("**/compare render gradient")
-        _wait(ctx, lambda: bool(state.parity.render_grad_summary), "the render gradient comparison",
-              timeout_s=RENDER_GRAD_WAIT_S)
-        records["render_grad_summary"] = state.parity.render_grad_summary
+        _wait(ctx, lambda: bool(state.parity.render_grad_summary or state.parity.error), "the render gradient "
+              "comparison", timeout_s=RENDER_GRAD_WAIT_S)
+        records["render_grad_summary"] = state.parity.render_grad_summary or state.parity.error
 
     return script
 

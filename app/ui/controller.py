@@ -253,6 +253,8 @@ class Controller:
             if answer.request.slot == "grad":
                 view.grad_summary = failed
                 self._grad_in_flight = False
+            elif answer.request.slot == "render_grad":
+                view.render_grad_summary = failed
             else:
                 view.error = failed
             state.error(failed)
