@@ -3,9 +3,9 @@
 One window session (module fixture) runs a script the way a person would use the app:
 wait for live content, Step the fit three times, wait for the live gradient comparison of
 iteration 3 and take the golden screenshot, resize the window to 1024x640 and take the second
-golden, Step the inverse render, compare its render gradient across backends, Start and Pause
-(and wait for the comparison to catch up), run to a set iteration count and Continue past it, Reset, move the timeline, orbit, pan, zoom and reset the ray-march view,
-Play and Pause, use the keyboard shortcuts, save the frame and a screenshot through the File
+golden, Step the inverse render, Start and Pause (and wait for the comparison to catch up), run to a
+set iteration count and Continue past it, Reset, move the timeline, orbit, pan, zoom and reset the
+ray-march view, Play and Pause, use the keyboard shortcuts, save the frame and a screenshot through the File
 menu and the file dialog, export the mesh, open a mesh file through the file dialog, open a
 file that is not a mesh and dismiss the error. The script records what the state said after
 each action; the tests below check those records, one behaviour each. The primary backend is
@@ -46,7 +46,6 @@ needs_display = pytest.mark.skipif(not (os.environ.get("DISPLAY") or os.environ.
 
 TETRA_OBJ = "v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 3 2\nf 1 2 4\nf 1 4 3\nf 2 3 4\n"
 
-RENDER_GRAD_WAIT_S = 1200.0  # a cold compile of the taped render kernels on lavapipe, on a loaded 2-core machine
 
 
 def _wait(ctx, condition, what: str, timeout_s: float = WAIT_S) -> None:
@@ -219,14 +218,6 @@ def _script(records: dict, files: dict):
         ctx.yield_(2)
         records["dismissed"] = list(state.errors)
 
-        # last: the parity worker compiles the differentiable renderer now (its fields are not that process's
-        # first, so Taichi's offline cache may miss: minutes under load), and nothing else waits on it
-        ctx.set_ref("Parity")
-        ctx.item_click("**/compare render gradient")
-        _wait(ctx, lambda: bool(state.parity.render_grad_summary or state.parity.error), "the render gradient "
-              "comparison", timeout_s=RENDER_GRAD_WAIT_S)
-        records["render_grad_summary"] = state.parity.render_grad_summary or state.parity.error
-
     return script
 
 
@@ -281,12 +272,6 @@ def test_inverse_render_panel_is_live_and_steps(session):
     assert ready and iteration == 0 and n_params == 10 and has_image and joints_off >= 15.0
     iteration, losses, _ = session[0]["invert_step"]
     assert iteration == 1 and len(losses) == 1 and losses[0] > 0.0
-
-
-@needs_display
-def test_render_gradient_is_compared_across_backends(session):
-    summary = session[0]["render_grad_summary"]
-    assert "agree" in summary and "100.00 % of the 21 parameters within" in summary, summary
 
 
 @needs_display
