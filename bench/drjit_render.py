@@ -528,9 +528,11 @@ class DrJitRenderer:
         self.width, self.height = int(width), int(height)
         self.target = None
 
-    def set_target(self, image: np.ndarray) -> None:
+    def set_target(self, image: np.ndarray, weight: np.ndarray | None = None) -> None:
+        """Target image (height, width, 3); `weight` (height, width) scales each pixel's loss term (default 1)."""
         flat = np.asarray(image, np.float32).reshape(-1, 3)
         self.target = Array3f(*(Float(np.ascontiguousarray(flat[:, k])) for k in range(3)))
+        self.weight = Float(1.0) if weight is None else Float(np.asarray(weight, np.float32).reshape(-1))
 
     def hold(self, s: Scene) -> Held:
         """Detached: march, edge layers, per-slot points, materials, occlusion, shadow points, spatial gradients."""
@@ -634,12 +636,12 @@ class DrJitRenderer:
         return np.stack([image.x.numpy(), image.y.numpy(), image.z.numpy()], -1).reshape(self.height, self.width, 3)
 
     def loss_and_gradient(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
-        """L2 loss 0.5 |image - target|^2 / (3 pixels) and its gradient in theta (float64 copy)."""
+        """L2 loss 0.5 w |image - target|^2 / (3 pixels) and its gradient in theta (float64 copy)."""
         th = Float(np.asarray(theta, np.float32))
         dr.enable_grad(th)
         image = self.image_of(th)
         d = image - self.target
-        loss = dr.sum(0.5 * dr.dot(d, d)) * (1.0 / (3.0 * self.width * self.height))
+        loss = dr.sum(0.5 * self.weight * dr.dot(d, d)) * (1.0 / (3.0 * self.width * self.height))
         dr.backward_from(loss)
         grad = dr.grad(th).numpy().astype(np.float64)
         self.last_image = image

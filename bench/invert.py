@@ -10,7 +10,8 @@ Per size, both sides get the same data: the target is our render at theta* (the 
 t=0.5), the iteration runs at theta* perturbed by the default perturbation (seed 2). Before
 timing, the peer must agree with ours (`compare`): image max abs error <= IMAGE_MAX_ERR with
 >= IMAGE_MIN_SHARE of the pixels within IMAGE_ATOL, loss within LOSS_RTOL, and every theta
-component's gradient within GRAD_RTOL relative to max(|ours|, GRAD_FLOOR * max|ours|); a
+component's gradient within GRAD_RTOL relative to max(|ours|, GRAD_FLOOR * max|ours|), for
+the loss over the pixels where both images agree within PIXEL_AGREE (`check`); a
 disagreement prints the comparison and no times (exit 1). Times: --repeats iterations per
 side, interleaved, after one warm-up (first-call times, which include compiles, reported
 apart); medians with min/max. Threads: both sides get --threads (Taichi's
@@ -39,18 +40,35 @@ T_TARGET = 0.5
 SEED = 2
 IMAGE_ATOL, IMAGE_MIN_SHARE, IMAGE_MAX_ERR = 1e-3, 0.999, 0.05
 LOSS_RTOL = 1e-3
-GRAD_RTOL, GRAD_FLOOR = 5e-2, 1e-2
+GRAD_RTOL, GRAD_FLOOR = 2e-2, 1e-2
+PIXEL_AGREE = 1e-4
 
 
-def compare(ours: dict, peer: dict) -> dict:
-    """Agreement of two evaluations {"image" (H, W, 3), "loss", "grad" (N_THETA,)}: the figures and `ok`."""
+def agreeing_pixels(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float32 (height, width) mask: 1 where two images agree within PIXEL_AGREE and so do the 8 neighbours."""
+    ok = np.abs(a.astype(np.float64) - b.astype(np.float64)).max(axis=-1) <= PIXEL_AGREE
+    p = np.pad(ok, 1, mode="edge")
+    h, w = ok.shape
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            ok = ok & p[1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+    return ok.astype(np.float32)
+
+
+def compare(ours: dict, peer: dict, ours_agreeing: dict, peer_agreeing: dict) -> dict:
+    """Agreement of two evaluations {"image" (H, W, 3), "loss", "grad" (N_THETA,)} of the whole image, and of the
+    gradients of the loss over the pixels where the images agree (`agreeing_pixels`): the figures and `ok`."""
     err = np.abs(ours["image"].astype(np.float64) - peer["image"].astype(np.float64)).max(axis=-1)
-    g_ours, g_peer = np.asarray(ours["grad"], np.float64), np.asarray(peer["grad"], np.float64)
-    scale = np.maximum(np.abs(g_ours), GRAD_FLOOR * np.abs(g_ours).max())
-    grad_rel = np.abs(g_peer - g_ours) / scale
+
+    def rel(a: dict, b: dict) -> np.ndarray:
+        g_a, g_b = np.asarray(a["grad"], np.float64), np.asarray(b["grad"], np.float64)
+        return np.abs(g_b - g_a) / np.maximum(np.abs(g_a), GRAD_FLOOR * np.abs(g_a).max())
+
+    grad_rel = rel(ours_agreeing, peer_agreeing)
     loss_rel = abs(peer["loss"] - ours["loss"]) / abs(ours["loss"])
     out = {"image_max_err": float(err.max()), "image_share": float((err <= IMAGE_ATOL).mean()),
-           "loss_rel": float(loss_rel), "grad_rel": grad_rel, "grad_worst": int(np.argmax(grad_rel))}
+           "loss_rel": float(loss_rel), "grad_rel": grad_rel, "grad_worst": int(np.argmax(grad_rel)),
+           "grad_rel_whole": rel(ours, peer), "agreeing": float(ours_agreeing.get("share", 1.0))}
     out["ok"] = bool(out["image_max_err"] <= IMAGE_MAX_ERR and out["image_share"] >= IMAGE_MIN_SHARE
                      and loss_rel <= LOSS_RTOL and grad_rel.max() <= GRAD_RTOL)
     return out
@@ -59,9 +77,24 @@ def compare(ours: dict, peer: dict) -> dict:
 def describe(c: dict) -> str:
     from engine.scene_theta import NAMES
 
+    whole = c["grad_rel_whole"]
     return (f"image max err {c['image_max_err']:.2g}, {c['image_share'] * 100:.3f}% of pixels within {IMAGE_ATOL:g}; "
-            f"loss rel {c['loss_rel']:.1e}; gradient max rel {c['grad_rel'].max():.1e} "
-            f"({NAMES[c['grad_worst']]})")
+            f"loss rel {c['loss_rel']:.1e}; gradient over the {c['agreeing'] * 100:.2f}% agreeing pixels: max rel "
+            f"{c['grad_rel'].max():.1e} ({NAMES[c['grad_worst']]}); over the whole image: max rel {whole.max():.1e} "
+            f"({NAMES[int(np.argmax(whole))]})")
+
+
+def check(ours, peer, theta: np.ndarray) -> dict:
+    """Both sides evaluated at theta on the whole image, then on the agreeing pixels only (see `compare`)."""
+    a, b = ours.evaluate(theta), peer.evaluate(theta)
+    mask = agreeing_pixels(a["image"], b["image"])
+    ours.set_weight(mask)
+    peer.set_weight(mask)
+    am, bm = ours.evaluate(theta), peer.evaluate(theta)
+    ours.set_weight(None)
+    peer.set_weight(None)
+    am["share"] = float(mask.mean())
+    return compare(a, b, am, bm)
 
 
 def start_theta() -> tuple[np.ndarray, np.ndarray]:
@@ -91,6 +124,9 @@ class Ours:
         self.target = self.r.render()
         self.r.set_target(self.target)
         return self.r.cam.to_numpy()
+
+    def set_weight(self, weight: np.ndarray | None) -> None:
+        self.r.set_target(self.target, weight)
 
     def evaluate(self, theta: np.ndarray) -> dict:
         self.r.set_theta(theta)
@@ -130,7 +166,11 @@ class Peer:
 
     def set_view(self, cam: np.ndarray, width: int, height: int, target: np.ndarray) -> None:
         self.r.set_view(cam, width, height)
+        self.target = target
         self.r.set_target(target)
+
+    def set_weight(self, weight: np.ndarray | None) -> None:
+        self.r.set_target(self.target, weight)
 
     def evaluate(self, theta: np.ndarray) -> dict:
         loss, grad = self.r.loss_and_gradient(theta)
@@ -205,11 +245,10 @@ def main(argv: list[str]) -> int:
             cam = ours.r.cam.to_numpy()
             views[(width, height)] = (cam, ours.target)
             first["ours"] += _timed(lambda: ours.iteration(theta))
-            a = ours.evaluate(theta)
             if peer:
                 first["drjit"] = _timed(lambda: peer.set_view(cam, width, height, ours.target))
                 first["drjit"] += _timed(lambda: peer.iteration(theta))
-                c = compare(a, peer.evaluate(theta))
+                c = check(ours, peer, theta)
                 checks.append((size, c))
                 if not c["ok"]:
                     print(f"error: at {size} the Dr.Jit port does not agree with ours ({describe(c)}); "
@@ -226,6 +265,7 @@ def main(argv: list[str]) -> int:
             rows.append((size, times))
             if options.profile:
                 profiles[size] = ours.profile(theta, options.repeats)
+    ti.reset()  # writes Taichi's offline cache now: the memory children load our kernels from it, not recompile
     memory = {} if options.no_memory else _memory(views, options.threads, peer is not None)
 
     lines = [f"inverse rendering, one iteration (loss forward + d loss / d theta), robot-arm scene, target t={T_TARGET}, "
@@ -246,8 +286,11 @@ def main(argv: list[str]) -> int:
                           for size, f in firsts)]
     if checks:
         lines += ["", f"agreement before timing (tolerances: image max err <= {IMAGE_MAX_ERR:g} and >= "
-                      f"{IMAGE_MIN_SHARE * 100:g}% within {IMAGE_ATOL:g}; loss rel <= {LOSS_RTOL:g}; gradient rel <= "
-                      f"{GRAD_RTOL:g} per component, relative to max(|ours|, {GRAD_FLOOR:g} max|ours|)):"]
+                      f"{IMAGE_MIN_SHARE * 100:g}% within {IMAGE_ATOL:g}; loss rel <= {LOSS_RTOL:g}; gradient of the "
+                      f"loss over the pixels where both images agree within {PIXEL_AGREE:g} (and their neighbours) "
+                      f"rel <= {GRAD_RTOL:g} per component, relative to max(|ours|, {GRAD_FLOOR:g} max|ours|); the "
+                      "whole image's gradient is reported, not checked: where a march decision differs in the last "
+                      "bit, so do a pixel's colour and gradient):"]
         lines += [f"- {size}: {describe(c)}" for size, c in checks]
     if profiles:
         lines += ["", "our iteration split (ms, medians): "
