@@ -30,12 +30,13 @@ import logging
 import sys
 from typing import Callable
 
+from app.version import version
 from engine.backend import ARCH_CHOICES, ARCH_ENV
 from engine.errors import EXIT_INTERNAL, Interrupted, UserError
 from engine.interrupt import raise_on_signals
 
 SUBCOMMANDS: dict[str, str] = {  # name -> "module" (add_arguments + run) or "module:main" (parses argv itself)
-    "bench": "app.bench",
+    "bench": "app.bench_cli",
     "render": "app.scenes.render_cli",
     "fit": "app.scenes.fit_cli",
     "batch": "app.batch.cli:main",
@@ -94,6 +95,14 @@ def add_arch_argument(parser: argparse.ArgumentParser) -> None:
     """The `--arch` flag every command takes (default: $SHANNON_ARCH, else auto)."""
     parser.add_argument("--arch", choices=None, default=None, metavar="|".join(ARCH_CHOICES),
                         help=f"backend to run on (default: ${ARCH_ENV}, else auto: CUDA if present, else cpu)")
+
+
+def example_parser(doc: str) -> argparse.ArgumentParser:
+    """The flags every program in examples/ takes: --arch (one of ARCH_CHOICES) and --headless (no window)."""
+    parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    parser.add_argument("--arch", choices=ARCH_CHOICES, default=None, help=f"backend (default: ${ARCH_ENV}, else auto)")
+    parser.add_argument("--headless", action="store_true", help="print the results and open no window")
+    return parser
 
 
 class _CommandParser(OneLineParser):
@@ -187,6 +196,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="python -m app COMMAND --help: every flag of one command. Exit codes: 0 ok, 1 a claim or result is "
                "bad, 2 bad input or unusable machine, 3 internal error (the message names its log), 130 interrupted.",
     )
+    parser.add_argument("--version", action="version", version=f"shannon-autograd {version()}")
     both = parser.add_argument_group("backends (headless and desktop app)")
     add_arch_argument(both)
     both.add_argument("--parity-arch", default=None, metavar="|".join(ARCH_CHOICES[1:]),

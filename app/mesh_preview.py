@@ -6,6 +6,7 @@ mesh has the target's shape; the desktop app has its own GL views.
 
     image = render(vertices, faces, size=320)                 # PIL image, mesh centred and scaled to fit
     image = render(vertices, faces, size=320, extent=1.2)     # fixed frame: [-1.2, 1.2] around the origin
+    row = side_by_side([(target_v, target_f), (fit_v, fit_f)], size=320, extent=1.2)   # one image, side by side
 """
 from __future__ import annotations
 
@@ -65,12 +66,12 @@ def render(vertices: np.ndarray, faces: np.ndarray, size: int = 320, yaw: float 
     return Image.fromarray(image.astype(np.uint8))
 
 
-def side_by_side(meshes: list[tuple[np.ndarray, np.ndarray]], path: str, **kwargs) -> None:
-    """Render each (vertices, faces) and save them in a row as one PNG."""
+def side_by_side(meshes: list[tuple[np.ndarray, np.ndarray]], **kwargs) -> Image.Image:
+    """Render each (vertices, faces) with `render(**kwargs)` and put the images in a row (examples/fit_sphere_to_mesh.py)."""
     images = [render(v, f, **kwargs) for v, f in meshes]
     row = Image.new("RGB", (sum(i.width for i in images), images[0].height), "white")
     x = 0
     for image in images:
         row.paste(image, (x, 0))
         x += image.width
-    row.save(path)
+    return row

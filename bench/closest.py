@@ -103,7 +103,7 @@ def _peers(vertices: np.ndarray, faces: np.ndarray, arch: str, wanted: set[str])
 def measure(arch: str, repeats: int, leaf_size: int | None, wanted: set[str], progress) -> dict:
     import taichi as ti
 
-    from engine.bvh import DEFAULT_LEAF_SIZE, QueryBuffers, TriangleBVH
+    from engine.triangle_bvh import DEFAULT_LEAF_SIZE, QueryBuffers, TriangleBVH
     from engine.meshgen import icosphere
 
     leaf_size = leaf_size or DEFAULT_LEAF_SIZE
@@ -194,7 +194,7 @@ def main(argv: list[str]) -> int:
     parser = bench_parser("closest", __doc__)
     parser.add_argument("--repeats", type=int, default=5, help="repetitions (the median is reported)")
     parser.add_argument("--leaf-size", type=int, default=None,
-                        help="most triangles per BVH leaf (2..64; default: engine.bvh.DEFAULT_LEAF_SIZE)")
+                        help="most triangles per BVH leaf (2..64; default: engine.triangle_bvh.DEFAULT_LEAF_SIZE)")
     parser.add_argument("--no-warp", action="store_true", help="do not time Warp")
     parser.add_argument("--no-open3d", action="store_true", help="do not time Open3D")
     options = parser.parse_args(argv)

@@ -37,7 +37,8 @@ def main(argv: list[str]) -> int:
     if options.repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {options.repeats})")
 
-    from app.claims.raymarch_parity import ATOL, MAX_ERR, MIN_SHARE, pixel_parity
+    from app.claims.raymarch_parity import pixel_parity
+    from app.claims.thresholds import PIXEL_ATOL, PIXEL_MAX_ERR, PIXEL_MIN_SHARE
     from app.scenes.robot_arm import scene_at
     from engine import backend
     from engine.progress import bar
@@ -70,8 +71,8 @@ def main(argv: list[str]) -> int:
             peer.render(prm)  # compile, warm up, and the frame we validate
             progress.update(1)
             share, max_err, _ = pixel_parity(ours_full, peer.image())
-            same = share >= MIN_SHARE and max_err <= MAX_ERR
-            note = f"same image: {share * 100:.4f}% within {ATOL:g}, max err {max_err:.2g}"
+            same = share >= PIXEL_MIN_SHARE and max_err <= PIXEL_MAX_ERR
+            note = f"same image: {share * 100:.4f}% within {PIXEL_ATOL:g}, max err {max_err:.2g}"
             if not same:
                 raise UserError(f"the Warp port does not render the same frame ({note}); not timing it")
             rows.append((f"warp ({device})", f"{width}x{height}",

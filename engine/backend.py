@@ -15,6 +15,11 @@ that actually runs. Rules:
   operations cost us little in measured time and make the backends comparable.
 
 Taichi holds one arch per process; compare backends with `engine.worker`.
+
+Everything that allocates on the device (`engine.fields.FieldGroup`, and through it BVHs, fits
+and optimisers; `engine.render.Renderer`) first calls `require()`, so that using the engine
+before a backend is started is one `BackendNotStarted` error that says what to call, not
+Taichi's C++ assertion or its "forgot to call ti.init()".
 """
 from __future__ import annotations
 
@@ -40,13 +45,16 @@ class Backend:
     requested: str  # what was asked for: one of ARCH_CHOICES
     note: str = ""  # why `auto` did not get CUDA, else ""
 
-    @property
-    def has_f64(self) -> bool:
-        return True  # all three run f64 (lavapipe included); kept as a property for the record
-
     def as_record(self) -> dict:
         return {"arch": self.name, "requested": self.requested, "note": self.note}
 
+
+class BackendNotStarted(RuntimeError):
+    """The engine was used before any Taichi backend was started in this process."""
+
+
+NOT_STARTED = ("no Taichi backend is running in this process: call engine.backend.init('cpu') "
+               "(or 'auto', 'cuda', 'vulkan') before making fields, BVHs, fits or renderers")
 
 _current: Backend | None = None
 _profiling = False  # whether the running backend was started with Taichi's kernel profiler
@@ -168,10 +176,24 @@ def resolve_archs(arch: str | None, parity_arch: str | None) -> tuple[str, str]:
 
 
 def current() -> Backend:
-    """The backend started by `init`; raises if none was started in this process."""
+    """The backend started by `init`; raises `BackendNotStarted` if none was started in this process."""
     if _current is None:
-        raise RuntimeError("no backend started: call engine.backend.init(arch) first")
+        raise BackendNotStarted(NOT_STARTED)
     return _current
+
+
+def require() -> None:
+    """Raise `BackendNotStarted` unless Taichi runs in this process (started by `init`, or by `ti.init`).
+
+        >>> from engine import backend
+        >>> backend.init("cpu").name
+        'cpu'
+        >>> backend.require()  # quiet once a backend runs
+    """
+    from taichi.lang import impl
+
+    if impl.get_runtime().prog is None:  # what ti.init creates and ti.reset drops (tests/test_taichi_internals.py)
+        raise BackendNotStarted(NOT_STARTED)
 
 
 def stop() -> Backend | None:

@@ -3,6 +3,16 @@
 Each entry maps a name to "module:function"; the function takes numpy inputs as
 keyword arguments and returns a dict of numpy arrays. A "module:function" path is
 accepted in place of a name (tests use it for deliberately failing workers).
+
+The table holds the engine's own computations. A higher layer registers its own with
+`register` (the app does so when its package is imported: app/__init__.py), so the
+engine names nothing above it; `BackendWorker.call` resolves a name in the calling
+process and sends the worker the "module:function" it stands for.
+
+    >>> resolve("affine")
+    'engine.affine_problem:run_affine'
+    >>> resolve("tests.worker_faults:hang")
+    'tests.worker_faults:hang'
 """
 from __future__ import annotations
 
@@ -11,15 +21,14 @@ import importlib
 import numpy as np
 
 REGISTRY: dict[str, str] = {
-    "affine": "engine.affine:run_affine",
-    "affine_gradcheck": "engine.affine:run_affine_gradcheck",
-    "raymarch_frame": "app.scenes.robot_arm:raymarch_frame",
-    "tape_chain": "engine.chain:run_tape_chain",
-    "tape_chain_gradcheck": "engine.chain:run_tape_chain_gradcheck",
-    "sgd_oracle": "engine.sgd_oracle:run_sgd_oracle",
-    "closest_point": "engine.bvh:run_closest_point",
-    "bvh_refit_vs_rebuild": "engine.bvh:run_refit_vs_rebuild",
-    "fit_gradient_at": "app.scenes.shape_fit:fit_gradient_at",
+    "affine": "engine.affine_problem:run_affine",
+    "affine_gradcheck": "engine.affine_problem:run_affine_gradcheck",
+    "tape_chain": "engine.chain_problem:run_tape_chain",
+    "tape_chain_gradcheck": "engine.chain_problem:run_tape_chain_gradcheck",
+    "sgd_oracle": "engine.sgd_oracle_problem:run_sgd_oracle",
+    "dispatch_echo": "engine.dispatch_echo:run_dispatch_echo",
+    "closest_point": "engine.triangle_bvh:run_closest_point",
+    "bvh_refit_vs_rebuild": "engine.triangle_bvh:run_refit_vs_rebuild",
     "render_gradient": "engine.diff_render:run_render_gradient",
     "render_gradcheck": "engine.diff_render:run_render_gradcheck",
     "adjoint_checks": "engine.adjoint_checks:run_adjoint_checks",
@@ -28,10 +37,24 @@ REGISTRY: dict[str, str] = {
 }
 
 
-def run(name: str, **inputs) -> dict[str, np.ndarray]:
-    """Import and call computation `name` (in the current process and backend)."""
+def register(name: str, target: str) -> None:
+    """Add computation `name` = "module:function" of a higher layer; the same name for another target raises."""
+    if ":" not in target:
+        raise ValueError(f"computation '{name}': the target must be 'module:function', got {target!r}")
+    if REGISTRY.get(name, target) != target:
+        raise ValueError(f"computation '{name}' is already registered as {REGISTRY[name]}")
+    REGISTRY[name] = target
+
+
+def resolve(name: str) -> str:
+    """The "module:function" computation `name` stands for (a "module:function" path stands for itself)."""
     target = REGISTRY.get(name, name)
     if ":" not in target:
         raise KeyError(f"unknown computation '{name}' (known: {', '.join(sorted(REGISTRY))})")
-    module, function = target.split(":", 1)
+    return target
+
+
+def run(name: str, **inputs) -> dict[str, np.ndarray]:
+    """Import and call computation `name` (in the current process and backend)."""
+    module, function = resolve(name).split(":", 1)
     return getattr(importlib.import_module(module), function)(**inputs)

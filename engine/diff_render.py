@@ -70,11 +70,15 @@ class DiffRenderer:
         self.max_width, self.max_height = int(max_width), int(max_height)
         max_px = self.max_width * self.max_height
         max_slots = rg.N_LAYERS * max_px
-        g = self.group = FieldGroup()
+        # three groups, each within one Vulkan storage buffer at 512x256 (engine.fields.VULKAN_MAX_BYTES)
+        g = FieldGroup()
+        self.groups = [g]
         self.theta = g.field(ti.f32, (N_THETA,), needs_grad=True)
         self.theta_slots = g.field(ti.f32, (max_slots, N_THETA), needs_grad=True)
         self.theta_partial = g.field(ti.f32, (-(-max_slots // red.BLOCK), N_THETA))
         self.cam = g.field(ti.f32, (rg.N_CAM,))
+        g = FieldGroup()
+        self.groups.append(g)
         self.active = g.field(ti.i32, (max_slots,))
         self.held_t = g.field(ti.f32, (max_slots,))
         self.held_mat = g.field(ti.i32, (max_slots,))
@@ -82,6 +86,8 @@ class DiffRenderer:
         self.held_shadow = g.field(ti.f32, (max_slots,))
         self.points = g.vector(3, ti.f32, (max_slots, rg.N_SAMPLES), needs_grad=True)
         self.held_grad = g.vector(3, ti.f32, (max_slots, rg.N_SAMPLES))
+        g = FieldGroup()
+        self.groups.append(g)
         self.values = g.field(ti.f32, (max_slots, rg.N_SAMPLES), needs_grad=True)
         self.colour = g.vector(3, ti.f32, (max_slots,), needs_grad=True)
         self.ratio = g.field(ti.f32, (max_slots,), needs_grad=True)
@@ -98,7 +104,8 @@ class DiffRenderer:
             self.dloss.append(g.vector(3, ti.f32, (n,)))
             self.partials.append(g.field(ti.f64, (-(-n // red.BLOCK),)))
         self.loss = g.field(ti.f64, (), needs_grad=True)
-        g.finalize()
+        for g in self.groups:
+            g.finalize()
         self.image = self.images[0]
         self.tape = Tape()
         self.width = self.height = 0
@@ -253,7 +260,8 @@ class DiffRenderer:
         return float(self.loss[None])
 
     def destroy(self) -> None:
-        self.group.destroy()
+        for g in self.groups:
+            g.destroy()
 
 
 _shared: dict[tuple[int, int], DiffRenderer] = {}
@@ -315,21 +323,34 @@ def view_rays(r: DiffRenderer) -> np.ndarray:
     return rays / np.linalg.norm(rays, axis=-1, keepdims=True)
 
 
-def smooth_mask(r: DiffRenderer) -> np.ndarray:
+def smooth_mask(r: DiffRenderer, with_ao: bool = False) -> np.ndarray:
     """Pixels where the image is smooth in theta at the last evaluation (bool (height, width)).
 
     A hit with no silhouette at or beside it, the same material as its 8 neighbours and no crease
     between them (normals within ~20 degrees), not grazing, and no ambient occlusion (held constant,
-    so its variation is not in the gradient). Material seams (a letter on its tile), creases (a box's
-    edges) and silhouettes change a pixel discontinuously or carry no implicit gradient."""
+    so its variation is not in the gradient; `with_ao` keeps occluded pixels, to measure what holding
+    it costs). Material seams (a letter on its tile), creases (a box's edges) and silhouettes change a
+    pixel discontinuously or carry no implicit gradient."""
     layers = held_layers(r)
     hit, mat, normal = layers["active"][0], layers["material"][0], layers["normal"][0]
     edge = layers["covering"].any(axis=0)
-    ok = hit & (layers["ao"][0] >= 0.9999)
+    ok = hit if with_ao else hit & (layers["ao"][0] >= 0.9999)
     for e, m, n in zip(_neighbours(edge), _neighbours(mat), _neighbours(normal)):
         ok &= ~e & (m == mat) & ((n * normal).sum(-1) > CREASE_COS)
     ok &= np.abs((normal * view_rays(r)).sum(-1)) > MIN_FACING
     return ok & ~edge
+
+
+def ao_mask(r: DiffRenderer) -> np.ndarray:
+    """Pixels smooth in theta but for their ambient occlusion (< 1, held constant): bool (height, width)."""
+    return smooth_mask(r, with_ao=True) & ~smooth_mask(r)
+
+
+def shadow_mask(r: DiffRenderer) -> np.ndarray:
+    """Smooth pixels whose shadow ray passes an occluder within twice the penumbra (their shadow term is
+    differentiated through the held closest approach): bool (height, width)."""
+    held = r.held_shadow.to_numpy()[:r.n_px].reshape(r.height, r.width)
+    return smooth_mask(r) & (held > 0.0)
 
 
 def edge_mask(r: DiffRenderer) -> np.ndarray:
@@ -376,13 +397,15 @@ def finite_difference(r: DiffRenderer, components: list[int] | None = None) -> n
 
 def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarray, width: int, height: int,
                         azimuth: float = Camera.azimuth, elevation: float = Camera.elevation,
-                        distance: float = Camera.distance, max_width: int = 512, max_height: int = 256) -> dict:
+                        distance: float = Camera.distance, max_width: int = 512, max_height: int = 256,
+                        levels: int = 1) -> dict:
     """The parity computation "render_gradient": loss and d loss / d theta of the shared renderer on this backend
-    for the given theta, target image (linear (height, width, 3)) and per-pixel loss weights, 1-pixel silhouettes."""
+    for the given theta, target image (linear (height, width, 3)) and per-pixel loss weights, 1-pixel silhouettes,
+    an L2 loss over `levels` pyramid levels."""
     r = shared_renderer(max_width, max_height)
     r.set_view(Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance)), int(width),
                int(height))
-    r.set_loss("l2", 1, 1.0)
+    r.set_loss("l2", int(levels), 1.0)
     r.set_theta(theta)
     r.set_target(target, weight)
     loss, grad = r.loss_and_gradient()

@@ -396,14 +396,52 @@ class BoundLaunch:
 def bind(kernel: Any, *args: Any, name: str | None = None, fresh_context: bool | None = None) -> BoundLaunch:
     """Bind `kernel` (or `kernel.grad`) to `args` once; launch the result with `bound()`.
 
-    `fresh_context` (default: only on CUDA/AMDGPU, whose launchers consume the context)
-    builds a new launch context for every launch and rewrites every argument into it.
+    Args:
+        kernel: a `@ti.kernel`, its Taichi-generated adjoint `kernel.grad`, or a data-oriented method.
+        *args: its arguments, as for a plain call. Fields and other `ti.template()` values select the
+            compiled kernel and stay fixed; scalars, `ti.math` vectors and matrices, `ti.types.struct`
+            values, Taichi ndarrays and C-contiguous numpy arrays can be rewritten with `set`.
+        name: what `LaunchSequence` and error messages call it (default: the kernel's name).
+        fresh_context: a new launch context for every launch, every argument rewritten into it
+            (default: only on CUDA/AMDGPU, whose launchers consume the context).
+
+    Returns:
+        BoundLaunch: `bound()` launches it and returns what the kernel returns; `bound.set(name or
+        index, value)` rewrites one runtime argument; `bound.native` is False when an argument kind
+        made it fall back to the plain call (`bound.fallback_reason` says which).
+
+    Raises:
+        TypeError: the wrong number of arguments. ValueError: `set` on a template argument.
+        RuntimeError: Taichi's own `ti.ad.Tape` or forward-mode manager is active (it would not see
+            native launches; record on `engine.autodiff.tape.Tape` instead).
+        TaichiRuntimeTypeError: an argument value the plain call would refuse.
+
+    Example (the whole program: examples/native_launch.py):
+        >>> import taichi as ti
+        >>> from engine import backend
+        >>> from engine.fields import FieldGroup
+        >>> from engine.kernels.elementwise import affine, sum_into   # y = a*x + b; total += sum(values)
+        >>> _ = backend.init("cpu")
+        >>> group = FieldGroup()
+        >>> x, y, total = group.field(ti.f32, (3,)), group.field(ti.f32, (3,)), group.field(ti.f32, ())
+        >>> _ = group.finalize()
+        >>> x.fill(1.0)
+        >>> scale = bind(affine, x, y, 2.0, 0.5)                  # y = 2x + 0.5, ready to launch
+        >>> scale(); y.to_numpy()
+        array([2.5, 2.5, 2.5], dtype=float32)
+        >>> scale.set("a", 3.0); scale(); y.to_numpy()            # one argument rewritten: y = 3x + 0.5
+        array([3.5, 3.5, 3.5], dtype=float32)
+        >>> native(affine)(y, x, 1.0, -1.0); x.to_numpy()         # a drop-in for affine(y, x, 1.0, -1.0)
+        array([2.5, 2.5, 2.5], dtype=float32)
+        >>> LaunchSequence([scale, bind(sum_into, y, total)])(); total[None]   # y = 3x + 0.5; total = sum(y)
+        24.0
+        >>> group.destroy()
     """
     return BoundLaunch(kernel, *args, name=name, fresh_context=fresh_context)
 
 
 class NativeKernel:
-    """`native(kernel)`: call it like the kernel; each call sets its arguments natively.
+    """`native(kernel)`: call it like the kernel; each call sets its arguments natively (example: `bind`).
 
     Bindings are cached by the identity of the template and array arguments (which
     select the compiled kernel and the buffers), so a call with the same fields and
@@ -456,7 +494,20 @@ class NativeKernel:
 
 
 def native(kernel: Any) -> NativeKernel:
-    """A drop-in replacement for calling `kernel` that launches natively (see NativeKernel)."""
+    """A drop-in replacement for calling `kernel` that launches natively (see NativeKernel).
+
+    Args:
+        kernel: a `@ti.kernel`, its `.grad`, or a data-oriented method.
+
+    Returns:
+        NativeKernel: `fast(*args)` takes and returns what `kernel(*args)` does, bit for bit; its
+        bindings are cached by the identity of the template and array arguments (32 at most).
+
+    Raises:
+        TypeError: a call with the wrong number of arguments; otherwise what `bind` raises.
+
+    Example: `bind`'s, and examples/native_launch.py.
+    """
     return NativeKernel(kernel)
 
 
@@ -492,7 +543,15 @@ def call(kernel: Any, *args: Any) -> Any:
 
 
 class LaunchSequence:
-    """Bound launches run back to back: e.g. a whole recorded iteration, forward and backward."""
+    """Bound launches run back to back: e.g. a whole recorded iteration, forward and backward.
+
+    Args:
+        launches: `BoundLaunch`es (from `bind`), run in this order by `sequence()`, one runtime call
+            each; change a scalar of one with `sequence.launches[i].set(...)`.
+
+    Use `LaunchSequence.from_entries(tape.entries)` to replay what a tape recorded. Example: `bind`'s,
+    and examples/native_launch.py.
+    """
 
     def __init__(self, launches: Iterable[BoundLaunch]):
         self.launches = list(launches)

@@ -164,5 +164,15 @@ def diff_heatmap(a: np.ndarray, b: np.ndarray, atol: float) -> np.ndarray:
     """
     err = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
     err = err.max(axis=-1) if err.ndim == 3 else err
-    log = np.log10(np.maximum(err, atol * 1e-2))
-    return heatmap(log, np.log10(atol * 1e-2), np.log10(atol * 1e3))
+    lo, hi = diff_heatmap_range(atol)
+    return heatmap(np.log10(np.maximum(err, 10.0 ** lo)), lo, hi)
+
+
+def diff_heatmap_range(atol: float) -> tuple[float, float]:
+    """The log10 |A - B| range `diff_heatmap` spreads over its colours (for a colour bar beside it)."""
+    return float(np.log10(atol * 1e-2)), float(np.log10(atol * 1e3))
+
+
+def heatmap_colours() -> np.ndarray:
+    """`heatmap`'s colour stops from `lo` to `hi`, evenly spaced: (N, 3) float64 in [0, 1]."""
+    return _RAMP[:-1].copy()

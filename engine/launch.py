@@ -1,8 +1,14 @@
 """The single entry point for kernel launches: `launch(kernel, *args)`.
 
-Every kernel launch in the project goes through `launch`, and every actual call of a
-compiled kernel (a primal, or an adjoint replayed by the tape) goes through
-`dispatch`. Two jobs, kept in one small place:
+Every launch of the project's kernels (engine/kernels, engine/autodiff) from the engine and
+the app goes through `launch` (tests/test_layers.py checks that none is called directly), and
+every call of a compiled kernel that `launch` or the tape makes (a primal, or an adjoint
+replayed by the tape) goes through `dispatch`. Not through here: Taichi's own data-movement
+kernels behind `field.fill()`, `from_numpy()`, `to_numpy()` and ndarray copies (fills and
+host <-> device copies: never differentiated, never recorded, so the tape's hazard checks do
+not see them: fill or copy into a field before `with tape:`, or under `tape.pause()`), the
+plain and native calls `engine/dispatch_echo.py` compares on purpose, and the plain calls
+`bench/` times. Two jobs, kept in one small place:
 
 - recording: inside `with tape:` (engine.autodiff.tape.Tape) a launch is handed to the
   active recorder, which checks the gradient hazards, times it (when profiling) and
@@ -51,7 +57,7 @@ def kernel_name(kernel: Callable) -> str:
 
 
 def dispatch(kernel: Callable, args: Sequence[Any]) -> None:
-    """Run one compiled kernel (primal or adjoint) now. The only place a kernel is called.
+    """Run one compiled kernel (primal or adjoint) now: where `launch` and the tape call kernels.
 
     Natively (engine.dispatch.call): the compiled kernel is launched through Taichi's
     runtime with a cached launch context, bit-identical to `kernel(*args)`.

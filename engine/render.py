@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine import backend
 from engine.errors import UserError
 from engine.kernels import raymarch as rk
 from engine.launch import launch
@@ -127,7 +128,34 @@ def available_memory() -> int | None:
 
 
 class Renderer:
-    """Renders the scene into ndarray buffers on the current Taichi backend."""
+    """Renders the robot-arm scene into image buffers on the current Taichi backend, one kernel launch a frame.
+
+    Args:
+        width, height: the image size in pixels, 1..16384 each (`resize` changes it without
+            recompiling: the images are ndarrays and the kernel reads its size from them).
+
+    Attributes:
+        last_ms (float): the wall time of the last `render`, launch to sync, in milliseconds (the
+            first call also compiles the kernel, about 20 s per backend before the offline cache).
+
+    Raises:
+        UserError: a size out of range or too large for the memory available (`check_size`).
+
+    The frame's scene comes from the timeline (`app.scenes.robot_arm.scene_at(t)`) or any
+    `SceneParams`; the camera is an orbit (`Camera`). After `render`, `depth()`, `normals()` and
+    `steps()` read the other outputs of the same frame. A whole program: examples/render_frame.py.
+
+    Example:
+        >>> from app.scenes.robot_arm import scene_at
+        >>> from engine import backend
+        >>> _ = backend.init("cpu")
+        >>> renderer = Renderer(64, 32)
+        >>> rgb = renderer.render(scene_at(0.5), Camera(azimuth=24.0, elevation=20.0, distance=4.7))
+        >>> rgb.shape, rgb.dtype, renderer.depth().shape, renderer.steps().dtype
+        ((32, 64, 3), dtype('float32'), (32, 64), dtype('int32'))
+        >>> bool(0.0 <= rgb.min() and rgb.max() <= 1.0)
+        True
+    """
 
     def __init__(self, width: int = 2048, height: int = 1024):
         self.width = self.height = 0
@@ -141,6 +169,7 @@ class Renderer:
         check_size(width, height)
         if (width, height) == (self.width, self.height):
             return
+        backend.require()
         self.width, self.height = int(width), int(height)
         self._prm = ti.ndarray(ti.f32, rk.N_PARAMS)
         self._rgb = ti.ndarray(ti.f32, (self.height, self.width, 3))
@@ -149,7 +178,12 @@ class Renderer:
         self._steps = ti.ndarray(ti.i32, (self.height, self.width))
 
     def render(self, scene: SceneParams, camera: Camera) -> np.ndarray:
-        """Render one frame; return linear RGB (H, W, 3) float32 (tone-mapped, not gamma-encoded)."""
+        """Render one frame of `scene` seen by `camera`.
+
+        Returns:
+            np.ndarray: linear RGB, (height, width, 3) float32 in [0, 1], tone-mapped but not
+            gamma-encoded (`srgb8()` or `engine.image_io.srgb8` for display).
+        """
         import taichi as ti
 
         self._prm.from_numpy(pack(scene, camera, self.width, self.height))

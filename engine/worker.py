@@ -2,7 +2,8 @@
 
 Taichi holds one arch per process, so comparing two backends needs two processes.
 `BackendWorker("vulkan")` spawns a process that starts that backend and then serves
-calls; each call names a computation (see `engine.computations`) and passes numpy
+calls; each call names a computation (see `engine.computations`: the name is resolved
+in the calling process, so computations registered by the app work too) and passes numpy
 inputs; the answer comes back as a dict of numpy arrays.
 
 What can go wrong, and what the caller gets (always one line in `str(exc)`):
@@ -32,6 +33,7 @@ import time
 import traceback
 from typing import Any
 
+from engine import computations
 from engine.errors import UserError
 from engine.interrupt import signals_ignored
 
@@ -57,7 +59,7 @@ class WorkerUserError(WorkerError, UserError):
 def _serve(conn, arch: str) -> None:
     """Child process: start the backend, then answer (name, inputs) requests until None or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent shuts us down (see the module docstring)
-    from engine import backend, computations
+    from engine import backend
 
     try:
         info = backend.init(arch)
@@ -75,9 +77,9 @@ def _serve(conn, arch: str) -> None:
             return  # the parent is gone
         if request is None:
             return
-        name, inputs = request
+        name, target, inputs = request
         try:
-            reply = ("ok", computations.run(name, **inputs))
+            reply = ("ok", computations.run(target, **inputs))
         except UserError as exc:
             reply = ("user_error", str(exc))
         except Exception as exc:
@@ -124,7 +126,7 @@ class BackendWorker:
         with signals_ignored():  # the child starts with SIGINT ignored, before _serve can say so itself
             self._process.start()
         child.close()
-        reply = self._receive(start_timeout_s, "start")
+        reply = self._receive(start_timeout_s, "start-up")
         if reply[0] != "ready":
             self.close()
             self._raise(reply)
@@ -141,7 +143,8 @@ class BackendWorker:
         raise WorkerError(f"{self.arch} worker: {reply[1]}", reply[2] if len(reply) > 2 else "")
 
     def _watch(self, timeout_s: float, what: str) -> None:
-        """Wait for an answer; kill the worker and raise if it is stopped, wedged or past its deadline."""
+        """Wait for an answer to `what` ("start-up", "computation NAME"); kill the worker and raise if it is
+        stopped, wedged or past its deadline."""
         deadline = time.monotonic() + timeout_s
         stopped_since = idle_since = None
         last_ticks = -1
@@ -162,7 +165,7 @@ class BackendWorker:
                     self._fail(f"made no progress for {now - idle_since:.0f} s during {what} (asleep, no CPU time "
                                "used: wedged)")
             if now >= deadline:
-                self._fail(f"did not {what} within {timeout_s:.0f} s")
+                self._fail(f"did not finish {what} within {timeout_s:.0f} s")
 
     def _fail(self, why: str) -> None:
         pid = self._process.pid
@@ -177,18 +180,24 @@ class BackendWorker:
             self._process.join(5)
             code = self._process.exitcode
             self._kill()
-            raise WorkerError(f"{self.arch} worker died during {what} ({exit_description(code)})") from None
+            hint = (" (a script that starts workers must do so under `if __name__ == \"__main__\":`, "
+                    "since the worker imports the script again)") if what == "start" and code == 1 else ""
+            raise WorkerError(f"{self.arch} worker died during {what} ({exit_description(code)}){hint}") from None
 
     def call(self, name: str, timeout_s: float = DEFAULT_TIMEOUT_S, **inputs: Any) -> dict:
         """Run computation `name` with `inputs` on this worker's backend and return its outputs."""
         if not self.alive:
             raise WorkerError(f"{self.arch} worker is not running")
         try:
-            self._conn.send((name, inputs))
+            target = computations.resolve(name)  # here: the worker knows only the engine's own names
+        except KeyError as exc:
+            raise WorkerError(f"{self.arch} worker: {exc.args[0]}") from None
+        try:
+            self._conn.send((name, target, inputs))
         except (BrokenPipeError, OSError):
             self._kill()
             raise WorkerError(f"{self.arch} worker died before {name}") from None
-        reply = self._receive(timeout_s, name)
+        reply = self._receive(timeout_s, f"computation {name}")
         if reply[0] != "ok":
             self._raise(reply)
         return reply[1]

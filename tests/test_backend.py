@@ -67,3 +67,38 @@ def test_ti_arch_override_is_caught():
     assert result.returncode == 2
     assert error_lines(result) == ["error: TI_ARCH=vulkan is set in the environment: Taichi would let it override the "
                                    "backend asked for; unset it and use --arch or SHANNON_ARCH"]
+
+
+ENGINE_BEFORE_INIT = """
+import numpy as np
+from engine.backend import BackendNotStarted
+from engine.meshgen import icosphere
+
+def refused(make):
+    try:
+        make()
+    except BackendNotStarted as exc:
+        return str(exc)
+    return "no error"
+
+from engine.triangle_bvh import TriangleBVH
+from engine.render import Renderer
+from app.scenes.shape_fit import ShapeFit
+vertices, faces = icosphere(1)
+print(refused(lambda: TriangleBVH.build(vertices, faces)))
+print(refused(lambda: Renderer(16, 8)))
+print(refused(lambda: ShapeFit("blob", subdiv=1)))
+from engine import backend
+backend.init("cpu")
+print(type(TriangleBVH.build(vertices, faces)).__name__)
+"""
+
+
+def test_engine_before_a_backend_is_one_clear_error():
+    # the README's snippets once died in Taichi's C++ (snode_registry: prog != nullptr) or with
+    # "forgot to call ti.init()" when they did not start a backend first
+    result = subprocess.run([sys.executable, "-c", ENGINE_BEFORE_INIT], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:3] == [backend.NOT_STARTED] * 3 and "engine.backend.init('cpu')" in lines[0]
+    assert lines[3] == "TriangleBVH"  # and once one runs, the same call works

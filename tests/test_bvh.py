@@ -12,7 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.bvh import TriangleBVH, leaf_starts, median_split_order, run_closest_point, sample_queries, tree_depth
+from engine.triangle_bvh import (
+    TriangleBVH,
+    leaf_starts,
+    median_split_order,
+    run_closest_point,
+    sample_queries,
+    tree_depth,
+)
 from engine.errors import UserError
 from engine.meshgen import icosphere
 from engine.mesh_io import load_mesh
@@ -261,7 +268,7 @@ def test_distances_match_an_independent_float64_oracle(ti_cpu):
 
 
 def test_morton_order_is_the_z_curve():
-    from engine.bvh import morton_order
+    from engine.triangle_bvh import morton_order
 
     corners = np.array([(x, y, z) for z in (0, 1) for y in (0, 1) for x in (0, 1)], dtype=float)[::-1]
     ordered = corners[morton_order(corners, bits=1)]

@@ -6,7 +6,7 @@ import taichi as ti
 
 from engine.autodiff.gradcheck import compare_gradients, finite_difference_gradient
 from engine.autodiff.tape import Tape
-from engine.chamfer import ChamferLoss, LaplacianSmoother, sample_surface
+from engine.chamfer_loss import ChamferLoss, LaplacianSmoother, sample_surface
 from engine.fields import FieldGroup
 from engine.mesh_io import make_mesh
 from engine.meshgen import blob, icosphere
@@ -106,7 +106,7 @@ def test_loss_and_gradients_are_bit_reproducible(ti_cpu):
 
 @pytest.mark.parametrize("n", [1, 64, 1000])
 def test_slot_index_scan_matches_cumsum(ti_cpu, n):
-    from engine.kernels import chamfer as kernels
+    from engine.kernels import chamfer_terms as kernels
 
     counts = np.random.default_rng(n).integers(0, 9, n).astype(np.int32)
     group = FieldGroup()

@@ -3,6 +3,9 @@ against float64 central differences on cpu and on vulkan (lavapipe); reproducibi
 minimum at sharpness 1e4; the adjoint pairing itself."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -46,7 +49,7 @@ def _close_render_workers():
 
 # ---- the pairing --------------------------------------------------------------------------------
 def test_every_custom_adjoint_is_declared_beside_its_forward_and_named_after_it():
-    import engine.kernels.chamfer  # noqa: F401  (declares its pair on import)
+    import engine.kernels.chamfer_terms  # noqa: F401  (declares its pair on import)
     import engine.kernels.image_loss  # noqa: F401
     import engine.kernels.reduce  # noqa: F401
     import engine.kernels.softmin  # noqa: F401
@@ -164,6 +167,37 @@ def test_loss_and_gradient_are_bit_identical_run_to_run():
     assert first["loss"] == second["loss"] and np.array_equal(first["grad"], second["grad"])
     assert np.array_equal(first["image"], second["image"])
     assert first["loss"] > 0.0 and np.abs(first["grad"]).max() > 0.0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_pyramid_loss_leaves_the_renderer_as_it_was(arch):
+    """A 4-level pyramid evaluation must not change the next full-resolution one. Regression: with the
+    renderer's fields in one 200 MB group, lavapipe wrapped the last ones onto the first (the pyramid's
+    partial sums overwrote the camera's pixel size), so every later render was wrong, silently."""
+    from app.claims.render_gradcheck import OFFSET
+    from app.scenes.robot_arm import theta_at
+
+    truth = theta_at(0.1)
+    target = _render_call(arch, "render_gradient", theta=truth, target=np.zeros((64, 128, 3), np.float32),
+                          weight=np.ones((64, 128), np.float32), width=128, height=64)["image"]
+    inputs = {"theta": truth + OFFSET, "target": target, "weight": np.ones((64, 128), np.float32), "width": 128,
+              "height": 64}
+    first = _render_call(arch, "render_gradient", **inputs)
+    pyramid = _render_call(arch, "render_gradient", levels=4, **inputs)
+    again = _render_call(arch, "render_gradient", **inputs)
+    assert pyramid["loss"] != first["loss"]
+    assert first["loss"] == again["loss"] and np.array_equal(first["grad"], again["grad"])
+
+
+def test_a_field_group_beyond_one_vulkan_storage_buffer_is_refused():
+    backend_worker("vulkan")  # skips (or fails in CI) as the suite does without Vulkan
+    code = ("from engine import backend; backend.init('vulkan')\n"
+            "import taichi as ti\nfrom engine.fields import FieldGroup, VULKAN_MAX_BYTES\n"
+            "g = FieldGroup(); g.field(ti.f32, (VULKAN_MAX_BYTES // 4,)); g.finalize()\n"
+            "g = FieldGroup(); g.field(ti.f32, (VULKAN_MAX_BYTES // 8 + 1,), needs_grad=True); g.finalize()\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "UserError: a field group of 128.0 MiB is more than one Vulkan storage " \
+                                      "buffer" in result.stderr, result.stderr[-2000:]
 
 
 def test_differentiable_image_is_close_to_the_forward_renderers():

@@ -202,9 +202,9 @@ def test_native_kernel_rebinds_on_new_fields_and_updates_scalars(ti_cpu):
 
 
 def test_affine_kernels_native_equal_plain(ti_cpu):
-    from engine.affine import AffineProblem
+    from engine.affine_problem import AffineProblem
     from engine.dispatch import bind
-    from engine.kernels.affine import affine, sum_into
+    from engine.kernels.elementwise import affine, sum_into
 
     x = np.linspace(-3, 3, N).astype(np.float32)
     results = []
@@ -379,8 +379,8 @@ def _plain_and_native(run):
 
 
 def test_sgd_oracle_native_equals_plain(ti_cpu):
-    """Tape, Taichi adjoints and the SGD optimiser kernels (engine/sgd_oracle.py)."""
-    from engine.sgd_oracle import oracle_problem, run_sgd_oracle
+    """Tape, Taichi adjoints and the SGD optimiser kernels (engine/sgd_oracle_problem.py)."""
+    from engine.sgd_oracle_problem import oracle_problem, run_sgd_oracle
 
     x0, target = oracle_problem()
     plain, fast = _plain_and_native(lambda: run_sgd_oracle(x0, target, steps=5))
@@ -439,7 +439,7 @@ def test_recorded_iteration_replays_as_one_sequence(ti_cpu):
     """Forward + backward of a taped iteration, replayed natively, equals the tape's own run."""
     from engine.autodiff.tape import Tape
     from engine.dispatch import LaunchSequence
-    from engine.kernels.affine import affine, sum_into
+    from engine.kernels.elementwise import affine, sum_into
     from engine.launch import launch
 
     x0 = np.linspace(-2, 2, N).astype(np.float32)

@@ -5,7 +5,7 @@ import taichi as ti
 
 from engine.autodiff.gradcheck import compare_gradients, finite_difference_gradient, gradcheck
 from engine.fields import FieldGroup
-from engine.kernels.affine import affine, sum_into
+from engine.kernels.elementwise import affine, sum_into
 from engine.kernels.losses import l2_loss
 from engine.launch import custom, launch
 from tests.conftest import OTHER_ARCHS

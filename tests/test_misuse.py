@@ -516,8 +516,8 @@ def misuse_claims(monkeypatch):
 
 @pytest.mark.parametrize("claim, words", [
     ("crashes", "ZeroDivisionError: a bug in a claim"),
-    ("worker_stopped", "was stopped (SIGSTOP?) for 2 s during tests.worker_faults:hang"),
-    ("worker_killed", "died during tests.worker_faults:hang (killed by SIGKILL)"),
+    ("worker_stopped", "was stopped (SIGSTOP?) for 2 s during computation tests.worker_faults:hang"),
+    ("worker_killed", "died during computation tests.worker_faults:hang (killed by SIGKILL)"),
 ])
 def test_a_crash_in_a_claim_or_its_worker_is_exit_3_with_the_traceback_in_the_report(
         ti_cpu, misuse_claims, monkeypatch, capfd, tmp_path, claim, words):

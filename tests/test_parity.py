@@ -1,4 +1,7 @@
 """The parity harness: equal inputs agree, a perturbed input is caught, broken workers are reported."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -55,14 +58,15 @@ def test_a_perturbed_input_is_caught():
 
 def test_a_crashing_worker_gives_a_clear_error():
     with BackendWorker("cpu") as worker:
-        with pytest.raises(WorkerError, match=r"cpu worker died during tests.worker_faults:crash \(exit code 3\)"):
+        with pytest.raises(WorkerError,
+                           match=r"cpu worker died during computation tests.worker_faults:crash \(exit code 3\)"):
             worker.call("tests.worker_faults:crash")
         assert not worker.alive
 
 
 def test_a_hanging_worker_times_out():
     with BackendWorker("cpu") as worker:
-        with pytest.raises(WorkerError, match="did not tests.worker_faults:hang within 2 s"):
+        with pytest.raises(WorkerError, match="did not finish computation tests.worker_faults:hang within 2 s"):
             worker.call("tests.worker_faults:hang", timeout_s=2)
         assert not worker.alive
 
@@ -74,3 +78,11 @@ def test_an_exception_in_a_worker_is_reported_and_the_worker_survives():
     assert worker.alive
     with pytest.raises(WorkerError, match="unknown computation 'nope'"):
         worker.call("nope")
+
+
+def test_a_script_starting_workers_without_a_main_guard_is_told_so(tmp_path):
+    script = tmp_path / "no_guard.py"
+    script.write_text("from engine.worker import BackendWorker\nBackendWorker('cpu').close()\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode != 0
+    assert 'if __name__ == "__main__":' in result.stderr.splitlines()[-1]

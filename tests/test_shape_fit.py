@@ -138,7 +138,7 @@ def test_gradient_at_reuses_its_fit_and_answers_as_a_new_one(ti_cpu):
 
 
 def test_looking_at_the_gradient_does_not_change_the_fit(ti_cpu):
-    from engine.chamfer import REBUILD_EVERY
+    from engine.chamfer_loss import REBUILD_EVERY
 
     plain = ShapeFit("blob", subdiv=1, lr=0.03, n_samples=300)
     looked = ShapeFit("blob", subdiv=1, lr=0.03, n_samples=300)

@@ -91,3 +91,17 @@ def test_ndarray_host_pointer_is_its_memory_on_cpu(ti_cpu):
     assert out.arr.element_size() * out.arr.nelement() == 16
     view = np.ctypeslib.as_array((ctypes.c_float * 4).from_address(pointer))
     np.testing.assert_array_equal(view, [1, 2, 3, 4])
+
+
+def test_the_runtime_program_exists_only_between_init_and_reset():
+    # engine.backend.require tells "no backend yet" by the runtime's program (a clear error instead
+    # of Taichi's C++ assertion); ti.init creates it and ti.reset drops it
+    import subprocess
+    import sys
+
+    probe = ("import taichi as ti\nfrom taichi.lang import impl\nprint(impl.get_runtime().prog is None)\n"
+             "ti.init(arch=ti.cpu)\nprint(impl.get_runtime().prog is None)\nti.reset()\n"
+             "print(impl.get_runtime().prog is None)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert [word for word in result.stdout.split() if word in ("True", "False")] == ["True", "False", "True"]

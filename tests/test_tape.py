@@ -11,10 +11,9 @@ import taichi as ti
 from engine.autodiff.access import declare_access, kernel_access
 from engine.autodiff.gradcheck import gradcheck
 from engine.autodiff.tape import Tape, TapeHazardError
-from engine.chain import ChainProblem
+from engine.chain_problem import ChainProblem
 from engine.fields import FieldGroup
-from engine.kernels.affine import affine, sum_into
-from engine.kernels.chain import sin_map
+from engine.kernels.elementwise import affine, sin_map, sum_into
 from engine.launch import custom, launch
 from tests.conftest import OTHER_ARCHS, backend_worker
 
@@ -181,14 +180,19 @@ def test_without_the_check_taichi_gives_wrong_gradients_silently(ti_cpu):
     group.destroy()
 
 
+def _square_then_refused(x, y, refused: tuple, match: str, name: str | None = None) -> None:
+    """Inside a tape: launch square(x, y), then the launch `refused` (kernel, *args), which must raise `match`."""
+    launch(square, x, y)
+    with pytest.raises(TapeHazardError, match=match):
+        launch(*refused, name=name)
+
+
 def test_overwrite_after_read_is_refused(ti_cpu):
     group, (x, y, _), loss = _fields()
     tape = Tape()
     with tape:
-        launch(square, x, y)
-        with pytest.raises(TapeHazardError, match=r"launch #1 'reset x': argument 'x' is overwritten after "
-                                                  r"launch #0 'square' \(argument 'x'\) read it"):
-            launch(fill_with, x, 10.0, name="reset x")
+        _square_then_refused(x, y, (fill_with, x, 10.0), r"launch #1 'reset x': argument 'x' is overwritten after "
+                                                         r"launch #0 'square' \(argument 'x'\) read it", "reset x")
         with tape.pause():
             launch(fill_with, x, 10.0)  # untaped work is the user's business
     assert len(tape.entries) == 1
@@ -208,10 +212,8 @@ def test_second_plain_write_is_refused_but_accumulation_is_allowed(ti_cpu):
     group, (x, y, z), loss = _fields()
     tape = Tape()
     with tape:
-        launch(square, x, y)
-        with pytest.raises(TapeHazardError, match=r"launch #1 'square': argument 'y' was already written by "
-                                                  r"launch #0 'square'"):
-            launch(square, z, y)
+        _square_then_refused(x, y, (square, z, y), r"launch #1 'square': argument 'y' was already written by "
+                                                   r"launch #0 'square'")
         launch(sum_into, y, loss)
         launch(sum_into, x, loss)  # accumulating twice into the loss is fine
     assert [entry.name for entry in tape.entries] == ["square", "sum_into", "sum_into"]
@@ -308,7 +310,7 @@ def test_misuse_raises_errors_that_say_what_to_do(ti_cpu):
 
 def chain_on_backend(x: np.ndarray) -> dict:
     """The f32 chain (recorded launches, gradient) on whichever backend runs this (a worker)."""
-    from engine.chain import run_tape_chain
+    from engine.chain_problem import run_tape_chain
 
     return run_tape_chain(x)
 

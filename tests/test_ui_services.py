@@ -10,7 +10,8 @@ def test_a_batch_profiles_its_first_step_only(ti_cpu):
     assert int(batch["iteration"]) == 5 and len(batch["losses"]) == 3
     assert int(batch["tape_iteration"]) == 2  # the batch's first step evaluated iteration 2
     assert list(batch["tape_names"]) == list(reset["tape_names"])
-    assert (batch["tape_forward_s"] > 0).all() and (batch["tape_backward_s"] >= 0).all()
+    # every launch of the profiled step was timed both ways (an untimed one would read 0 here)
+    assert (batch["tape_forward_s"] > 0).all() and (batch["tape_backward_s"] > 0).all()
     assert services._fit.tape.profile  # left on for evaluations outside a batch
     assert services.fit_gradient()["grad"].shape == (42, 3)  # the subdivision-1 icosphere's vertices
     done = services.fit_run(max_steps=3, budget_s=10.0, until=5)  # already there: no step, no tape record

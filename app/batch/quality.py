@@ -25,8 +25,8 @@ def surface_distance(target: str | Path, fitted_obj: str | Path) -> dict[str, fl
     """Symmetric distances between target `target` (a name or path, as `fit --target`) and the mesh
     in `fitted_obj` (written by the fit, in the target file's coordinates): {"chamfer", "hausdorff"}."""
     from app.scenes.shape_fit import load_target
-    from engine.bvh import TriangleBVH
-    from engine.chamfer import sample_surface
+    from engine.triangle_bvh import TriangleBVH
+    from engine.chamfer_loss import sample_surface
     from engine.mesh_io import load_mesh, make_mesh
 
     goal = load_target(target)

@@ -8,17 +8,13 @@ several correct faces); no misses and no stack overflows anywhere.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from app.scenes.fit_settings import REAL_TARGETS
+from app.scenes.fit_settings import ASSETS, REAL_TARGETS
 from engine import computations
-from engine.bvh import sample_queries
+from engine.triangle_bvh import sample_queries
 from engine.mesh_io import load_mesh
 from engine.meshgen import icosphere
-
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
 QUERIES = 1024  # per mesh: half near the surface, half far
 REL_TOL = 1e-6

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.claims.thresholds import PIXEL_ATOL as ATOL
+from app.claims.thresholds import PIXEL_MAX_ERR as MAX_ERR
+from app.claims.thresholds import PIXEL_MIN_SHARE as MIN_SHARE
 from engine import computations, image_io
 
 T, WIDTH, HEIGHT = 0.5, 2048, 1024
-ATOL, MIN_SHARE, MAX_ERR = 1e-4, 0.9995, 5e-2
 
 
 def pixel_parity(a: np.ndarray, b: np.ndarray, atol: float = ATOL) -> tuple[float, float, np.ndarray]:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.claims.thresholds import GRAD_RTOL as RTOL
+from app.claims.thresholds import PIXEL_ATOL
 from engine import computations
 
 T, WIDTH, HEIGHT = 0.1, 128, 64
-RTOL, PIXEL_ATOL = 1e-3, 1e-4
 
 
 def run(ctx) -> None:

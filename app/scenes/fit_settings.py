@@ -9,9 +9,13 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from engine.errors import UserError
 
+# The real targets' meshes (and their attribution): assets/ beside app/ in a checkout, and at the same
+# place relative to app/ in an installed wheel (shannon_autograd/assets, see pyproject.toml)
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
 REAL_TARGETS = ("spot", "blub", "penguin")
 TARGETS = ("blob", "torus", *REAL_TARGETS)
 MAX_SUBDIV = 5  # icosphere subdivision: 10,242 vertices

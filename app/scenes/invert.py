@@ -10,7 +10,7 @@ differentiable renderer at known parameters (`render_target`), or read from a PN
 (`load_target_png`: any sRGB PNG of the right size, e.g. one `python -m app render`
 wrote). The optimiser is Adam (engine.autodiff.optim) on the renderer's theta field,
 with frozen groups masked and limits clamped on the device after each step
-(engine.kernels.kinematics.mask_gradient / clamp_theta). Schedule (measured on this
+(engine.theta_adam.ThetaAdam). Schedule (measured on this
 scene, docs/RESULTS.md): an L2 loss over a 4-level image pyramid, silhouettes twice as
 wide (2 pixel footprints) at first and narrowing to 1 over the first 60 % of the
 iterations, the learning rate falling from lr to lr / 10 on a cosine.
@@ -101,10 +101,7 @@ class InverseRender:
 
     def __init__(self, target: np.ndarray, start: np.ndarray, truth: np.ndarray | None = None, width: int = 256,
                  height: int = 128, camera: Camera = Camera(), settings: InvertSettings = InvertSettings()):
-        import taichi as ti
-
-        from engine.autodiff.optim import Adam
-        from engine.fields import FieldGroup
+        from engine.theta_adam import ThetaAdam
 
         check_view(width, height)
         if settings.iterations < 1:
@@ -122,16 +119,7 @@ class InverseRender:
         self.r.set_loss(settings.loss, settings.levels, settings.edge_start)
         self.r.set_target(self.target)
         self.r.set_theta(self.start)
-        group = self.fields = FieldGroup()
-        self.mask = group.field(ti.f32, (len(scene_theta.NAMES),))
-        self.lo = group.field(ti.f32, (len(scene_theta.NAMES),))
-        self.hi = group.field(ti.f32, (len(scene_theta.NAMES),))
-        group.finalize()
-        self.mask.from_numpy(scene_theta.mask(settings.groups))
-        lo, hi = scene_theta.limits()
-        self.lo.from_numpy(lo)
-        self.hi.from_numpy(hi)
-        self.opt = Adam([self.r.theta], lr=settings.lr)
+        self.opt = ThetaAdam(self.r.theta, scene_theta.mask(settings.groups), *scene_theta.limits(), lr=settings.lr)
         self.iteration = 0
         self.skipped = 0  # iterations whose gradient was not finite (no update)
         self.losses: list[float] = []
@@ -148,20 +136,15 @@ class InverseRender:
 
     def step(self) -> float:
         """One iteration: loss and gradient at the current theta, then a masked, clamped Adam step."""
-        from engine.kernels.kinematics import clamp_theta, mask_gradient
-        from engine.launch import launch
-
         edge, self.opt.lr = self._schedule()
         self.r.set_loss(self.settings.loss, self.settings.levels, edge)
         if self.truth is not None:
             self.errors.append(scene_theta.group_errors(self.r.theta_values(), self.truth))
         loss, grad = self.r.loss_and_gradient()
         if not (np.isfinite(loss) and np.all(np.isfinite(grad))):  # never seen since length(); counted if it is
-            self.r.theta.grad.fill(0.0)
+            self.opt.discard_gradient()
             self.skipped += 1
-        launch(mask_gradient, self.r.theta, self.mask)
         self.opt.step()
-        launch(clamp_theta, self.r.theta, self.lo, self.hi)
         self.losses.append(loss)
         self.iteration += 1
         return loss
@@ -184,7 +167,6 @@ class InverseRender:
 
     def destroy(self) -> None:
         self.opt.destroy()
-        self.fields.destroy()
 
 
 def side_by_side(current: np.ndarray, target: np.ndarray) -> np.ndarray:

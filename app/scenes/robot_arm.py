@@ -227,8 +227,9 @@ _renderer = None
 
 
 def raymarch_frame(t: float, width: int, height: int, azimuth: float = Camera.azimuth,
-                   elevation: float = Camera.elevation, distance: float = Camera.distance) -> dict[str, np.ndarray]:
-    """The parity computation "raymarch_frame": one frame on this process's backend.
+                   elevation: float = Camera.elevation, distance: float = Camera.distance,
+                   target: tuple[float, float, float] = Camera.target) -> dict[str, np.ndarray]:
+    """The parity computation "raymarch_frame": one frame on this process's backend (orbit camera around `target`).
 
     Returns linear RGB, depth, normals and march steps, and `ms`, the render time (never the
     compile: the first call compiles on a 32x32 frame); the renderer (and its compiled kernel)
@@ -242,6 +243,7 @@ def raymarch_frame(t: float, width: int, height: int, azimuth: float = Camera.az
         _renderer = Renderer(32, 32)
         _renderer.render(scene_at(float(t)), Camera())  # compiles (the size does not matter to it)
     _renderer.resize(width, height)
-    camera = Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance))
+    camera = Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance),
+                    target=tuple(float(v) for v in target))
     rgb = _renderer.render(scene_at(float(t)), camera)
     return {"rgb": rgb, **_renderer.aovs(), "ms": np.float64(_renderer.last_ms)}

@@ -1,10 +1,11 @@
-"""The desktop app: one hello_imgui window with four docked panels and a status bar.
+"""The desktop app: one hello_imgui window with four docked panels, a menu bar and a status bar.
 
 `run_app(options)` opens the window and returns the exit code. Panels are
 `draw(state, gfx)` functions of the one `AppState`; `Controller.tick` runs before each
-frame and connects the state to the backend workers. The default layout fits 1280x800:
-ray march top left, parity under it, shape fit top right, tape under it. View > Layout
-restores it after rearranging (the layout is remembered in the user's config folder).
+frame and connects the state to the backend workers. The default layout holds from
+1024x640 up: ray march top left, parity under it, shape fit top right, tape under it.
+View > Restore the default layout puts it back after rearranging (the layout is remembered in the user's
+config folder). File, View (UI scale) and Help (keyboard shortcuts) are `app.ui.menus`.
 
 Test hooks (`--frames N --screenshot PATH [--panel NAME] [--size WxH]`): the N frames
 are counted once the panels have live content (backend started, a full-quality frame
@@ -18,6 +19,7 @@ import ctypes
 import importlib.metadata
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,8 +141,8 @@ def _docking(panel: str | None):
         return [], {panel: "MainDockSpace"}
     splits = [
         split("MainDockSpace", "RightSpace", imgui.Dir.right, 0.45),
-        split("MainDockSpace", "ParitySpace", imgui.Dir.down, 0.38),
-        split("RightSpace", "TapeSpace", imgui.Dir.down, 0.32),
+        split("MainDockSpace", "ParitySpace", imgui.Dir.down, 0.4),
+        split("RightSpace", "TapeSpace", imgui.Dir.down, 0.36),
         split("RightSpace", "InvertSpace", imgui.Dir.down, 0.55),
     ]
     return splits, {"raymarch": "MainDockSpace", "parity": "ParitySpace", "fit": "RightSpace", "tape": "TapeSpace",
@@ -160,6 +162,7 @@ def launch_app(args) -> int:
     arch, parity_arch = backend.resolve_archs(args.arch, args.parity_arch)
     if args.screenshot is not None:
         output_dir.check_output_file(args.screenshot, "--screenshot")  # before a window opens, not after the run
+    require_imgui()
     require_display()
     run = run_app(AppOptions(arch=arch, parity_arch=parity_arch, frames=args.frames,
                              screenshot=args.screenshot, panel=args.panel, size=size))
@@ -220,14 +223,35 @@ class _FrameClock:
             log.info("still waiting after %.0f s for: %s", waited, "; ".join(warm_blockers(state)))
 
 
+def require_imgui() -> None:
+    """Fail in one line when imgui-bundle is missing (Python 3.10 gets no wheel of it: see pyproject.toml)."""
+    try:
+        import imgui_bundle  # noqa: F401
+    except ImportError:
+        raise UserError(f"the desktop app needs imgui-bundle, which is not installed for Python "
+                        f"{sys.version_info[0]}.{sys.version_info[1]} (it has wheels for 3.11 and 3.12; "
+                        "`pip install imgui-bundle` builds it from source); --headless, render and fit "
+                        "work without it") from None
+
+
 def run_app(options: AppOptions) -> AppRun:
     """Open the window; return once it closes."""
     require_display()
+    require_imgui()
     from imgui_bundle import hello_imgui, immapp, imgui
 
+    from app.ui import menus
     from app.ui.controller import Controller
     from app.ui.gl import Gfx
-    from app.ui.panels import invert, parity, raymarch, shape_fit, status, tape
+    from app.ui.panels import (
+        file_dialog,
+        invert_panel as invert,
+        parity_panel as parity,
+        raymarch_panel as raymarch,
+        fit_panel as shape_fit,
+        status_panel as status,
+        tape_panel as tape,
+    )
     from app.ui.state import AppState
 
     state = AppState(arch=options.arch, parity_arch=options.parity_arch, show_timings=options.show_timings,
@@ -245,6 +269,9 @@ def run_app(options: AppOptions) -> AppRun:
         controller.tick(state, clock.tick())
         state.frame += 1
         state.ui_fps = imgui.get_io().framerate
+        imgui.get_style().font_scale_main = state.ui_scale
+        if state.quit_requested:
+            params.app_shall_exit = True
         clock.mark_warm(state)
         if options.start_fit and state.fit.ready and clock.warm_frame is not None and not state.fit.iteration:
             state.fit.running = True
@@ -273,6 +300,7 @@ def run_app(options: AppOptions) -> AppRun:
     params.imgui_window_params.show_status_fps = False
     params.imgui_window_params.show_menu_bar = True
     params.imgui_window_params.show_menu_app = False
+    params.imgui_window_params.show_menu_view = False  # drawn by app.ui.menus, between File and Help
     params.imgui_window_params.remember_status_bar_settings = False
     splits, docks = _docking(options.panel)
     params.docking_params.docking_splits = splits
@@ -293,10 +321,29 @@ def run_app(options: AppOptions) -> AppRun:
             # take it from the fit (measured: 63-82 it/s uncapped, 93-124 capped, at 54-67 fps)
             params.fps_idling.fps_max = state.fps_cap = SOFTWARE_GL_FPS_MAX
 
+    def top_level() -> None:  # every frame, outside the panels
+        status.draw_errors(state)
+        file_dialog.draw(state)
+        menus.draw_shortcuts_window(state)
+        menus.handle_shortcuts(state)
+
+    def before_swap() -> None:  # the frame is complete in the back buffer: File > Save screenshot reads it
+        if state.screenshot_path and state.frame >= state.screenshot_frame and gfx:
+            path, state.screenshot_path = state.screenshot_path, ""
+            _write_window_png(gfx[0], path, state)
+
     params.callbacks.post_init = post_init
     params.callbacks.pre_new_frame = before_frame
     params.callbacks.show_status = lambda: status.draw_status(state)
-    params.callbacks.show_gui = lambda: status.draw_errors(state)
+    params.callbacks.show_gui = top_level
+    def restore_layout() -> None:
+        params.docking_params.layout_reset = True
+        for panel in params.docking_params.dockable_windows:
+            panel.is_visible = True
+
+    params.callbacks.show_menus = lambda: menus.draw_menus(state, params.docking_params.dockable_windows,
+                                                           restore_layout)
+    params.callbacks.before_swap = before_swap
     params.callbacks.before_exit = controller.close
     controller.start(state)
     addons = immapp.AddOnsParams(with_implot=True)
@@ -333,6 +380,22 @@ def run_app(options: AppOptions) -> AppRun:
     if options.screenshot:
         _save_screenshot(options.screenshot)
     return run
+
+
+def _write_window_png(gfx, path: str, state) -> None:
+    """The window's framebuffer as it is now, as a PNG (File > Save screenshot)."""
+    import numpy as np
+
+    from engine.image_io import write_png
+
+    width, height = gfx.ctx.screen.viewport[2:]
+    pixels = np.frombuffer(gfx.ctx.screen.read(components=3), np.uint8).reshape(height, width, 3)[::-1]
+    try:
+        write_png(path, pixels)
+    except (OSError, UserError) as exc:
+        state.error(f"save screenshot: cannot write {path}: {exc}")
+        return
+    state.saved = f"wrote {path} ({width}x{height})"
 
 
 def _save_screenshot(path: str) -> None:

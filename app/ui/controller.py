@@ -26,15 +26,15 @@ import time
 
 import numpy as np
 
+from app.claims.thresholds import GRAD_RTOL
 from app.ui.links import Answer, Request, WorkerLink
-from app.ui.panels.parity import summarise
-from app.ui.panels.invert import invert_reset_command
-from app.ui.panels.shape_fit import reset_command
-from app.ui.state import AppState, Command
+from app.ui.parity_summary import summarise
+from app.ui.state import AppState, Command, invert_reset_command, reset_command
+from engine.errors import UserError
+from engine.image_io import write_png
 from engine.parity import compare
 
 SERVICES = "app.ui.services"
-GRAD_RTOL = 1e-3  # gradient parity: max |A - B| within this fraction of max |A| (the brief's rel 1e-3)
 FIT_BATCH_S = 0.05  # a running fit returns to the link this often, so frames can interleave
 GRAD_PARITY_EVERY_S = 2.0  # the live fit's gradients are compared across backends at most this often
 INVERT_BATCH_S = 0.3  # a running inverse render returns to the link this often
@@ -49,6 +49,8 @@ FIRST_CALLS = {  # a worker's first call of these compiles kernels: the status b
     "invert_reset": "compiling the differentiable renderer",
     "render_gradient": "compiling the differentiable renderer",
 }
+START_UP = {"primary": ("render_frame", "fit_reset"), "parity": ("render_frame", "fit_gradient_at")}  # + each start
+SCREENSHOT_DELAY_FRAMES = 2  # a screenshot waits until the menu or dialog that asked for it is gone
 HIDDEN_VIEW_PX = (640, 360)  # frames for the parity panel when the ray-march panel is not shown
 LAYOUT_FRAMES = 3  # the docked panels have their sizes after this many frames
 
@@ -74,6 +76,7 @@ class Controller:
         self._fit_started: float | None = None  # perf_counter when the running fit's rate window began
         self._fit_iterations_at_start = 0
         self._first_calls = {self.primary: set(FIRST_CALLS), self.parity: set(FIRST_CALLS)}
+        self._started_at: dict[tuple[WorkerLink, str], float] = {}  # when each start-up step was first seen running
         self._grad_in_flight = False  # a gradient comparison is under way (primary, then parity)
         self._grad_compared_iteration = -1  # the fit iteration whose gradients were last compared
         self._grad_due = 0.0  # perf_counter time before which no new comparison starts
@@ -121,14 +124,26 @@ class Controller:
             state.primary_status = "ready"
         parity = self.parity.status
         state.parity.status = {"ready": "idle"}.get(parity, parity)
-        warmup = []
-        for link, arch in ((self.primary, state.arch), (self.parity, state.parity_arch)):
-            if link.status == "starting":
-                warmup.append(f"starting the {arch} backend")
+        warmup, done, total = [], 0, 0
+        for link, arch, role in ((self.primary, state.arch, "primary"),
+                                 (self.parity, f"{state.parity_arch} (parity)", "parity")):
+            steps = ("start", *START_UP[role])
+            total += len(steps)
+            if link.status.startswith("unavailable"):
+                done += len(steps)  # nothing more will start there
+                continue
+            done += (link.status != "starting") + sum(f not in self._first_calls[link] for f in START_UP[role])
             function = link.in_flight.rsplit(":", 1)[-1]
-            if function in self._first_calls[link]:
-                warmup.append(f"{FIRST_CALLS[function]} on {arch}")
-        state.warmup = warmup
+            if link.status == "starting":
+                warmup.append(self._running(state, link, "start", f"starting the {arch} backend"))
+            elif function in self._first_calls[link]:
+                warmup.append(self._running(state, link, function, f"{FIRST_CALLS[function]} on {arch}"))
+        state.warmup, state.warmup_done, state.warmup_total = warmup, done, total
+
+    def _running(self, state: AppState, link: WorkerLink, step: str, what: str) -> str:
+        """`what` with how long this start-up step has run so far (timing text is off in screenshots)."""
+        started = self._started_at.setdefault((link, step), time.perf_counter())
+        return f"{what} ({time.perf_counter() - started:.0f} s)" if state.show_timings else what
 
     # --- answers --------------------------------------------------------------------------------
     def _primary_answer(self, state: AppState, answer: Answer) -> None:
@@ -151,8 +166,10 @@ class Controller:
                 state.parity.grad_summary = f"gradient comparison failed: {message}"
             else:
                 state.fit.error, state.fit.running = message, False
-            if name == "fit_reset":
-                state.fit.busy = state.fit.ready = False
+            if name == "fit_reset":  # the worker keeps the fit it had, if any: its controls stay live
+                fit = state.fit
+                fit.busy, fit.ready = False, bool(fit.loaded_target)
+                fit.target = fit.loaded_target or fit.target
             state.error(message)
             return
         out = answer.outputs
@@ -170,6 +187,8 @@ class Controller:
             fit.faces, fit.target_vertices, fit.target_faces = out["faces"], out["target_vertices"], out["target_faces"]
             fit.target_version += 1
             fit.losses, fit.busy, fit.ready, fit.exported, fit.error = [], False, True, "", ""
+            fit.loaded_target = str(answer.request.inputs["target"])
+            fit.frame_radius = float(max(np.linalg.norm(fit.target_vertices, axis=1).max(), 1.0))  # the sphere: 1
             self._grad_compared_iteration = -1
             self._fit_snapshot(state, out)
         elif name in ("fit_run", "fit_step"):
@@ -250,14 +269,14 @@ class Controller:
             self._grad_in_flight = False
             report = answer.extra["report"]
             verdict = "agree" if report.share_within == 1.0 else "DIFFER"
-            view.grad_summary = (f"fit gradients at iteration {answer.request.context[2]} {verdict} "
-                                 f"(rel {GRAD_RTOL:g} of max |grad|): {report.share_within * 100:.2f} % within, "
+            view.grad_summary = (f"fit gradients at iteration {answer.request.context[2]} {verdict}: "
+                                 f"{report.share_within * 100:.2f} % within {GRAD_RTOL:g} of max |grad|, "
                                  f"max |A - B| {report.max_abs_err:.3g}")
             return
         report = answer.extra["report"]
         inputs = answer.request.inputs
         view.error = ""
-        view.what = f"ray-march frame t={inputs['t']:.3f}, {inputs['width']}x{inputs['height']}, {report.count:,} values"
+        view.what = f"frame t={inputs['t']:.3f}, {inputs['width']}x{inputs['height']}, {report.count:,} values"
         view.share_within, view.max_abs_err = report.share_within, report.max_abs_err
         y, x, channel = report.worst_index
         view.worst = f"worst at pixel ({x}, {y}) {'RGB'[channel]}: {report.worst_a:.6g} vs {report.worst_b:.6g}"
@@ -276,6 +295,10 @@ class Controller:
             self._send_fit(state, "fit_run", {"max_steps": 1, "budget_s": 0.0})
         elif command.kind == "fit_export":
             self._send_fit(state, "fit_export", command.args)
+        elif command.kind == "fit_open":
+            fit.target = fit.path_input = command.args["path"]
+            fit.running = False
+            self._command(state, reset_command(state))
         elif command.kind == "parity_grad":  # now, whatever the timer says
             self._grad_due, self._grad_compared_iteration = 0.0, -1
         elif command.kind == "invert_reset":
@@ -288,6 +311,26 @@ class Controller:
             self._send_invert(state, "invert_run", {"max_steps": 1, "budget_s": 0.0})
         elif command.kind == "render_grad":
             self._send_invert(state, "invert_gradient", {})
+        elif command.kind == "save_frame":
+            self._save_frame(state, command.args["path"])
+        elif command.kind == "save_screenshot":  # app.ui.app writes it once the frame is drawn
+            state.screenshot_path = command.args["path"]
+            state.screenshot_frame = state.frame + SCREENSHOT_DELAY_FRAMES
+
+    @staticmethod
+    def _save_frame(state: AppState, path: str) -> None:
+        """The ray-march frame on screen as a PNG (what the panel shows, at the size it was rendered)."""
+        view = state.raymarch
+        if view.image is None:
+            state.error("save frame: no frame rendered yet")
+            return
+        try:
+            write_png(path, view.image)
+        except (OSError, UserError) as exc:
+            state.error(f"save frame: cannot write {path}: {exc}")
+            return
+        height, width = view.image.shape[:2]
+        state.saved = f"wrote {path} ({width}x{height}{'' if view.image_is_full else ', preview'})"
 
     def _send_fit(self, state: AppState, function: str, inputs: dict) -> None:
         if self.primary.status.startswith("unavailable"):
@@ -323,7 +366,8 @@ class Controller:
             view_px = HIDDEN_VIEW_PX  # the panel is not shown (--panel, closed): parity still needs frames
         width, height = (max(int(side * scale), MIN_RENDER_PX) for side in view_px)
         inputs = {"t": round(view.t, 4), "yaw": view.orbit.yaw, "pitch": view.orbit.pitch,
-                  "distance": view.orbit.distance, "width": width, "height": height, "linear": not preview}
+                  "distance": view.orbit.distance, "center": view.orbit.center, "width": width, "height": height,
+                  "linear": not preview}
         if inputs == self._sent_render:
             return
         self._sent_render = inputs

@@ -21,18 +21,21 @@ from imgui_bundle import imgui
 _MESH_VS = """
 #version 330
 uniform vec3 orbit;      // yaw, pitch (radians), distance
+uniform vec3 center;     // the point the camera orbits (panned by the user)
 uniform float aspect;
+uniform float fov_y;     // radians
 in vec3 in_pos;
 out vec3 v_world;
 void main() {
     float cy = cos(orbit.x), sy = sin(orbit.x), cp = cos(orbit.y), sp = sin(orbit.y);
-    vec3 eye = orbit.z * vec3(cp * sy, sp, cp * cy);
-    vec3 fwd = normalize(-eye);
+    vec3 offset = orbit.z * vec3(cp * sy, sp, cp * cy);
+    vec3 eye = center + offset;
+    vec3 fwd = normalize(-offset);
     vec3 right = normalize(cross(fwd, vec3(0.0, 1.0, 0.0)));
     vec3 up = cross(right, fwd);
     vec3 p = in_pos - eye;
     vec3 c = vec3(dot(p, right), dot(p, up), -dot(p, fwd));   // camera space, looking down -z
-    float f = 1.0 / tan(0.5 * 0.75), near = 0.05, far = 50.0;
+    float f = 1.0 / tan(0.5 * fov_y), near = 0.05, far = 50.0;
     gl_Position = vec4(c.x * f / aspect, c.y * f, (c.z * (far + near) + 2.0 * far * near) / (near - far), -c.z);
     v_world = in_pos;
 }
@@ -58,6 +61,7 @@ in vec3 v_world;
 out vec4 frag;
 void main() { frag = color; }
 """
+MESH_FOV_Y = 0.75  # the mesh view's vertical field of view, radians
 MESH_COLOR = (0.95, 0.62, 0.25, 1.0)  # the fitted mesh
 TARGET_COLOR = (0.45, 0.75, 1.0, 0.35)  # the target's wireframe
 BACKGROUND = (0.11, 0.12, 0.14, 1.0)
@@ -127,10 +131,12 @@ class MeshView:
         vao, _ = self._vao(self._flat, vertices, edges)
         self._target = (version, vao)
 
-    def render(self, size: tuple[int, int], yaw_deg: float, pitch_deg: float, distance: float) -> imgui.ImTextureRef:
-        """The view as a texture; drawn again only when the meshes, the camera or the size changed
-        (llvmpipe rasterises on the CPU the UI shares with the backends)."""
-        scene = (size, yaw_deg, pitch_deg, distance, self._mesh and self._mesh[0], self._target and self._target[0])
+    def render(self, size: tuple[int, int], yaw_deg: float, pitch_deg: float, distance: float,
+               center: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> imgui.ImTextureRef:
+        """The view as a texture, orbiting `center`; drawn again only when the meshes, the camera or the
+        size changed (llvmpipe rasterises on the CPU the UI shares with the backends)."""
+        scene = (size, yaw_deg, pitch_deg, distance, tuple(center), self._mesh and self._mesh[0],
+                 self._target and self._target[0])
         if scene == self._drawn:
             return texture_ref(self._color)
         self._drawn = scene
@@ -140,7 +146,9 @@ class MeshView:
         orbit = (math.radians(yaw_deg), math.radians(pitch_deg), distance)
         for program in (self._shaded, self._flat):
             program["orbit"].value = orbit
+            program["center"].value = tuple(center)
             program["aspect"].value = size[0] / max(size[1], 1)
+            program["fov_y"].value = MESH_FOV_Y
         self._ctx.enable(moderngl.DEPTH_TEST)
         if self._mesh is not None:
             self._shaded["color"].value = MESH_COLOR

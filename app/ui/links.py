@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -50,7 +49,6 @@ class Answer:
     request: Request
     outputs: dict | None  # None when the call failed
     error: str = ""
-    seconds: float = 0.0  # wall time of the call, as seen from the UI process
     extra: dict = field(default_factory=dict)  # what `post` computed off the UI thread
 
 
@@ -128,7 +126,6 @@ class WorkerLink:
         self.status = "ready"
         while (request := self._next()) is not None:
             self.in_flight, self.status = request.name, "busy"
-            started = time.perf_counter()
             try:
                 answer = Answer(request, self._worker.call(request.name, timeout_s=request.timeout_s,
                                                            **request.inputs))
@@ -138,7 +135,6 @@ class WorkerLink:
                 if self._stop:
                     return
                 raise
-            answer.seconds = time.perf_counter() - started
             if answer.outputs is not None and self._post is not None:
                 self._post(answer)
             self.in_flight = ""

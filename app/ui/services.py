@@ -20,8 +20,8 @@ INVERT_GROUPS = ("joints", "gripper", "letter", "letter_angles")  # what the pan
 
 
 def render_frame(t: float, yaw: float, pitch: float, distance: float, width: int, height: int,
-                 linear: bool = False) -> dict:
-    """The "raymarch_frame" computation (timeline `t` in [0, 1], orbit camera), for display.
+                 linear: bool = False, center: tuple[float, float, float] | None = None) -> dict:
+    """The "raymarch_frame" computation (timeline `t` in [0, 1], orbit camera around `center`), for display.
 
     Returns `srgb` (H, W, 3) uint8, `ms` (worker-side render time) and, with
     `linear=True`, the (H, W, 3) float32 linear image that the parity panel compares
@@ -29,9 +29,11 @@ def render_frame(t: float, yaw: float, pitch: float, distance: float, width: int
     """
     from app.scenes.robot_arm import raymarch_frame
     from engine.image_io import srgb8
+    from engine.render import Camera
 
+    target = Camera.target if center is None else tuple(float(v) for v in center)
     out = raymarch_frame(float(t), int(width), int(height), azimuth=float(yaw), elevation=float(pitch),
-                         distance=float(distance))
+                         distance=float(distance), target=target)
     frame = {"srgb": srgb8(out["rgb"]), "ms": out["ms"]}
     if linear:
         frame["linear"] = out["rgb"]
@@ -41,15 +43,16 @@ def render_frame(t: float, yaw: float, pitch: float, distance: float, width: int
 def fit_reset(target: str, subdiv: int, lr: float, smooth: float, smooth_end: float, schedule_iters: int) -> dict:
     """Start a new fit of an icosphere to `target` (a built-in name or a mesh file path).
 
-    The Laplacian step falls linearly from `smooth` to `smooth_end` over `schedule_iters`."""
+    The Laplacian step falls linearly from `smooth` to `smooth_end` over `schedule_iters`. A target
+    that fails to load (a bad file) raises before anything is allocated and leaves the current fit
+    as it was, so the app keeps a working fit beside the error."""
     global _fit
     from app.scenes.shape_fit import ShapeFit
 
-    if _fit is not None:
-        _fit.destroy()  # free its fields before allocating the next fit's
-    _fit = None  # a failed reset leaves no half-built fit behind
     fit = ShapeFit(str(target), subdiv=int(subdiv), lr=float(lr), smooth=float(smooth), profile=True,
                    smooth_end=float(smooth_end), schedule_iters=int(schedule_iters))
+    if _fit is not None:
+        _fit.destroy()
     _fit = fit
     fit.evaluate()  # loss and gradient at the sphere, no update: compiles the kernels...
     fit.evaluate()  # ...so that the tape panel's first timings are launches, not compiles

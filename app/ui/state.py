@@ -9,30 +9,50 @@ groups are plain parts of the one object, not separate owners.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from app.claims.thresholds import PIXEL_ATOL
 from app.scenes.fit_settings import RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END
 from app.scenes.fit_settings import TARGETS as FIT_TARGETS  # built-in targets; any mesh file may be opened too
 PANELS = ("raymarch", "fit", "parity", "tape", "invert")  # the dockable panels, by --panel name
+UI_SCALES = (0.8, 2.0)  # the range of the View menu's UI scale (font size relative to the default)
 
 
 @dataclass
 class Command:
     """An intent a panel queues for the controller: `kind` names it, `args` carries its inputs."""
 
-    kind: str  # "fit_reset", "fit_step", "fit_export", "parity_grad", "invert_reset", "invert_step", "render_grad"
+    kind: str  # "fit_reset", "fit_step", "fit_export", "fit_open", "parity_grad", "save_frame", "save_screenshot",
+    #            "invert_reset", "invert_step", "render_grad"
     args: dict = field(default_factory=dict)
 
 
 @dataclass
 class Orbit:
-    """An orbit camera around a target point: angles in degrees, distance in scene units."""
+    """An orbit camera around `center`: angles in degrees, distance in scene units."""
 
     yaw: float
     pitch: float
     distance: float
+    center: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def pan(self, dx_px: float, dy_px: float, fov_y_deg: float, view_height_px: float) -> None:
+        """Move `center` in the view plane so that the scene follows a mouse drag of (dx, dy) pixels."""
+        yaw, pitch = math.radians(self.yaw), math.radians(self.pitch)
+        offset = np.array([math.cos(pitch) * math.sin(yaw), math.sin(pitch), math.cos(pitch) * math.cos(yaw)])
+        right = np.cross(-offset, [0.0, 1.0, 0.0])
+        right /= max(float(np.linalg.norm(right)), 1e-9)
+        up = np.cross(right, -offset)
+        metres_per_px = 2.0 * self.distance * math.tan(math.radians(fov_y_deg) / 2.0) / max(view_height_px, 1.0)
+        moved = np.asarray(self.center) + (up * dy_px - right * dx_px) * metres_per_px
+        self.center = tuple(float(v) for v in moved)
+
+
+RAYMARCH_HOME = Orbit(yaw=18.0, pitch=16.0, distance=5.4, center=(-0.3, 1.1, -0.45))  # engine.render.Camera's target
+FIT_HOME = Orbit(yaw=30.0, pitch=20.0, distance=3.2)  # the distance is then framed to the meshes (FitView.auto_frame)
 
 
 @dataclass
@@ -43,8 +63,8 @@ class RaymarchView:
     cycle_s: float = 8.0  # seconds for the whole timeline at speed 1
     playing: bool = False
     speed: float = 1.0
-    orbit: Orbit = field(default_factory=lambda: Orbit(yaw=18.0, pitch=16.0, distance=5.4))  # engine.render.Camera's
-    res_scale: float = 0.5  # full-quality frames render at this fraction of the panel's pixels
+    orbit: Orbit = field(default_factory=lambda: replace(RAYMARCH_HOME))
+    res_scale: float = 1.0  # full-quality frames render at this fraction of the panel's pixels (1: every pixel)
     preview_scale: float = 0.25  # frames while dragging or playing render at this fraction
     view_px: tuple[int, int] = (0, 0)  # the image area of the panel, in window pixels
     interacting_until: float = 0.0  # perf_counter time until which frames stay at preview quality
@@ -73,7 +93,7 @@ class FitView:
     smooth: float = RECOMMENDED_SMOOTH
     smooth_end: float = RECOMMENDED_SMOOTH_END
     running: bool = False  # Start/Pause: the controller steps the fit while True
-    max_iterations: int = RECOMMENDED_ITERS  # Start stops here (and the smoothing schedule ends here)
+    max_iterations: int = RECOMMENDED_ITERS  # Start stops here (and a reset's smoothing schedule ends here)
     iteration: int = 0
     losses: list[float] = field(default_factory=list)
     iterations_per_s: float = 0.0
@@ -83,10 +103,13 @@ class FitView:
     target_faces: np.ndarray | None = None
     mesh_version: int = 0
     target_version: int = 0
-    orbit: Orbit = field(default_factory=lambda: Orbit(yaw=30.0, pitch=20.0, distance=3.2))
+    orbit: Orbit = field(default_factory=lambda: replace(FIT_HOME))
+    auto_frame: bool = True  # the 3D view keeps both meshes in frame until the user zooms or pans
+    frame_radius: float = 1.8  # radius around the origin that holds the target and the mesh
     export_path: str = "out/fit.obj"
     exported: str = ""  # the last file written, shown under the button
     ready: bool = False  # a fit exists in the worker (after the first reset answers)
+    loaded_target: str = ""  # the target of the fit the worker holds (a failed reset keeps it)
     busy: bool = False  # a reset (target load + set-up) is in flight
     error: str = ""  # why the last reset/step failed, shown in the panel
 
@@ -95,7 +118,7 @@ class FitView:
 class ParityView:
     """The parity panel: the last comparison of the primary and parity backends."""
 
-    atol: float = 1e-4
+    atol: float = PIXEL_ATOL
     status: str = "starting"  # "starting", "idle", "busy", or "unavailable: <why>"
     what: str = ""  # what the numbers below compare, e.g. "ray-march frame t=2.50 s, 320x200"
     share_within: float | None = None
@@ -149,6 +172,18 @@ class TapeView:
 
 
 @dataclass
+class FileDialog:
+    """The in-window file dialog (app.ui.panels.file_dialog): what it is for, and where it looks."""
+
+    purpose: str = ""  # a key of file_dialog.PURPOSES while open; "" when closed
+    folder: str = ""
+    name: str = ""  # the file name (or a path) typed or picked
+    entries: list[tuple[str, bool, int]] = field(default_factory=list)  # (name, is folder, bytes) in `listed`
+    listed: str = ""  # the folder `entries` describe
+    error: str = ""
+
+
+@dataclass
 class AppState:
     """Everything the window shows. See the module docstring."""
 
@@ -162,9 +197,18 @@ class AppState:
     fps_cap: float = 0.0  # the frame cap in force (software GL only; 0: none, vsync paces the window)
     primary_status: str = "starting"  # "starting", "ready", "compiling", "unavailable: <why>"
     warmup: list[str] = field(default_factory=list)  # what is compiling/starting now, for the status bar
+    warmup_done: int = 0  # start-up steps finished (backend starts, first compiles), of `warmup_total`
+    warmup_total: int = 0
     errors: list[str] = field(default_factory=list)  # shown in the window until dismissed
     commands: list[Command] = field(default_factory=list)
     show_timings: bool = True  # off for golden screenshots: timing text varies run to run
+    ui_scale: float = 1.0  # font size relative to the default (View > UI scale)
+    show_shortcuts: bool = False  # the Help > Keyboard shortcuts window
+    quit_requested: bool = False
+    screenshot_path: str = ""  # a window screenshot to write once `screenshot_frame` is drawn
+    screenshot_frame: int = 0
+    saved: str = ""  # the last file the File menu wrote, for the status bar
+    dialog: FileDialog = field(default_factory=FileDialog)
     ui_fps: float = 0.0
     frame: int = 0
     raymarch: RaymarchView = field(default_factory=RaymarchView)
@@ -177,3 +221,17 @@ class AppState:
         """Show `message` in the window (once, however often it repeats)."""
         if message not in self.errors:
             self.errors.append(message)
+
+
+def reset_command(state: AppState) -> Command:
+    """The command that restarts the fit with the settings the shape-fit panel shows."""
+    fit = state.fit
+    return Command("fit_reset", {"target": fit.target, "subdiv": fit.subdiv, "lr": fit.lr, "smooth": fit.smooth,
+                                 "smooth_end": fit.smooth_end, "schedule_iters": fit.max_iterations})
+
+
+def invert_reset_command(state: AppState) -> Command:
+    """The command that restarts the inverse render with the perturbation and seed its panel shows."""
+    view = state.invert
+    return Command("invert_reset", {"t": view.t, "perturbation": view.perturbation, "seed": view.seed,
+                                    "iterations": view.max_iterations})

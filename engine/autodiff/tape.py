@@ -10,8 +10,7 @@ generated `kernel.grad`, the adjoint declared for the kernel with
     from engine import backend
     from engine.autodiff.tape import Tape
     from engine.fields import FieldGroup
-    from engine.kernels.affine import affine, sum_into
-    from engine.kernels.chain import sin_map
+    from engine.kernels.elementwise import affine, sin_map, sum_into
     from engine.launch import launch
 
     backend.init("cpu")
@@ -150,7 +149,52 @@ def _launch_accesses(kernel: Callable, args: tuple, label: str) -> tuple[list, l
 
 
 class Tape:
-    """A tape of kernel launches; see the module docstring for an example."""
+    """A tape of kernel launches: `with tape:` records every `engine.launch.launch`, `backward` replays adjoints.
+
+    Args:
+        profile: time each launch and each adjoint (`TapeEntry.forward_s`, `backward_s`, seconds),
+            with a `ti.sync()` around each; off by default (a sync per launch stalls a GPU's queue).
+
+    Attributes:
+        entries (list[TapeEntry]): the recorded launches and custom steps, oldest first (name,
+            kernel, arguments, times): what the desktop app's tape inspector shows.
+
+    Raises:
+        TapeHazardError: from a launch inside `with tape:` that would make Taichi's gradients
+            silently wrong (overwriting what an earlier launch read, a second plain store, one field
+            passed as two arguments of which one is written), or whose reads and writes the source
+            analysis cannot follow; the launch does not run.
+        RuntimeError: `with tape:` nested for one tape, `backward()` inside `with tape:`.
+
+    Gradients accumulate in `field.grad` across `backward` calls, as in Warp and Taichi: `zero_grad()`
+    or `reset()` between iterations. Fields, not ndarrays, for anything differentiated (Vulkan's
+    ndarray gradients are zero in Taichi 1.7.4). A whole program: examples/tape_basics.py.
+
+    Example:
+        >>> import taichi as ti
+        >>> from engine import backend
+        >>> from engine.fields import FieldGroup
+        >>> from engine.kernels.elementwise import affine, sum_into
+        >>> from engine.launch import launch
+        >>> _ = backend.init("cpu")
+        >>> group = FieldGroup()
+        >>> x, y = (group.field(ti.f32, (4,), needs_grad=True) for _ in range(2))
+        >>> loss = group.field(ti.f32, (), needs_grad=True)
+        >>> _ = group.finalize()
+        >>> tape = Tape()
+        >>> with tape:
+        ...     launch(affine, x, y, 2.0, 0.5)          # y = 2x + 0.5
+        ...     launch(sum_into, y, loss)               # loss = sum(y)
+        >>> tape.backward(loss)
+        >>> x.grad.to_numpy(), [entry.name for entry in tape.entries]
+        (array([2., 2., 2., 2.], dtype=float32), ['affine', 'sum_into'])
+        >>> tape.reset()                                # zero x.grad, y.grad, loss.grad; forget the entries
+        >>> with tape:
+        ...     launch(affine, x, x, 2.0, 0.5)          # x as input and output: refused, not run
+        Traceback (most recent call last):
+        engine.autodiff.tape.TapeHazardError: launch #0 'affine': the same field is passed as arguments 'x', 'y' ...
+        >>> group.destroy()
+    """
 
     def __init__(self, profile: bool = False):
         self.profile = profile
@@ -257,7 +301,12 @@ class Tape:
     def backward(self, loss: Buffer | None = None) -> None:
         """Seed d loss = 1 (every element of `loss`) and run the adjoints newest first.
 
-        With `loss=None` the caller has seeded the output gradients already.
+        Args:
+            loss: the field (any shape and float dtype, allocated with `needs_grad=True`) whose
+                gradient is seeded with 1; None when the caller seeded the output gradients already.
+
+        Raises:
+            ValueError: `loss` has no gradient field. RuntimeError: called inside `with tape:`.
         """
         if self._active:
             raise RuntimeError("tape.backward() inside `with tape:`: call it after the with block")

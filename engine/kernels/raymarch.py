@@ -98,6 +98,7 @@ _S_SC = (0.8660254037844386, -0.5)  # sin, cos of the half aperture (120 degrees
 _S_TOP_ROT = (0.5, -0.8660254037844386)  # cos, sin of -60 degrees
 _S_BOT_ROT = (-0.5, 0.8660254037844386)  # cos, sin of +120 degrees
 STROKE = 0.03
+LETTER_HALF_DEPTH = (TILE_HALF[2] + 0.007) / 2  # the letter spans z in [0, TILE_HALF[2] + 0.007], then rounds
 
 
 @ti.dataclass
@@ -207,10 +208,11 @@ def glyph(g: ti.i32, p: vec2) -> ti.f32:
 
 @ti.func
 def sd_tile(u: vec3, g: ti.i32) -> vec2:
-    """A letter tile in its local frame: (distance, material). The letter stands proud of both faces."""
+    """A letter tile in its local frame: (distance, material). The letter stands proud of the front
+    face (+z) only: the back is blank, so the fallen tile, lying on its face, shows its back."""
     slab = sd_box(u, vec3(TILE_HALF[0] - TILE_ROUND, TILE_HALF[1] - TILE_ROUND,
                           TILE_HALF[2] - TILE_ROUND)) - TILE_ROUND
-    letter = extrude(glyph(g, vec2(u.x, u.y)) - (STROKE - 0.008), u.z, TILE_HALF[2] + 0.007) - 0.008
+    letter = extrude(glyph(g, vec2(u.x, u.y)) - (STROKE - 0.008), u.z - LETTER_HALF_DEPTH, LETTER_HALF_DEPTH) - 0.008
     res = vec2(slab, M_TILE)
     if letter < slab:
         res = vec2(letter, M_LETTER)
@@ -409,7 +411,11 @@ def soft_shadow(ro: vec3, rd: vec3, s: Scene) -> ti.f32:
             y = h * h / (2.0 * prev_h)
             closest = ti.sqrt(ti.max(h * h - y * y, 0.0))
             res = ti.min(res, 10.0 * closest / ti.max(t - y, 1e-4))
-        prev_h = h
+            prev_h = h
+        else:
+            # A bound's distance is no distance to the surfaces the next sample measures: kept as
+            # prev_h it made y exceed h there (closest approach 0: a hard black speck on the floor).
+            prev_h = 1e10
         t += ti.math.clamp(h, 0.01, 0.5)
         if res < 0.001 or t > 8.0 or ro.y + rd.y * t > SCENE_TOP:  # nothing stands above SCENE_TOP
             break

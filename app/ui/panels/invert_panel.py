@@ -12,23 +12,18 @@ from __future__ import annotations
 import numpy as np
 from imgui_bundle import imgui, implot
 
+from app.ui import colours
 from app.ui.gl import Gfx
-from app.ui.state import AppState, Command
+from app.ui.state import AppState, Command, invert_reset_command
 
 IMAGES = (("target", "target"), ("image", "current"), ("diff", "|difference| x4"))
-
-
-def invert_reset_command(state: AppState) -> Command:
-    view = state.invert
-    return Command("invert_reset", {"t": view.t, "perturbation": view.perturbation, "seed": view.seed,
-                                    "iterations": view.max_iterations})
 
 
 def draw(state: AppState, gfx: Gfx) -> None:
     _controls(state)
     view = state.invert
     if view.error:
-        imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), f"inverse render failed: {view.error}")
+        imgui.text_colored(colours.ERROR, f"inverse render failed: {view.error}")
     if view.image is None:
         imgui.text_disabled("setting up (the first time compiles the differentiable renderer)..." if view.busy
                             else "waiting for the backend")

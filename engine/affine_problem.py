@@ -5,11 +5,10 @@ import numpy as np
 
 from engine.autodiff.tape import Tape
 from engine.fields import FieldGroup, taichi_float
-from engine.kernels.affine import affine, sum_into
+from engine.kernels.elementwise import affine, sum_into
 from engine.launch import launch
 
-A, B = 2.0, 0.5
-
+A, B = 2.0, 0.5  # y = A*x + B: the affine acceptance, and the first link of the tape chain (engine.chain_problem)
 
 
 class AffineProblem:

@@ -1,20 +1,18 @@
 """Host glue for the tape chain oracle: L = sum(sin(2x + 0.5)), taped, so dL/dx = 2 cos(2x + 0.5).
 
-Three kernels (engine.kernels.affine.affine -> engine.kernels.chain.sin_map ->
-engine.kernels.affine.sum_into) recorded on an engine.autodiff.tape.Tape.
+Three kernels (engine.kernels.elementwise.affine -> engine.kernels.elementwise.sin_map ->
+engine.kernels.elementwise.sum_into) recorded on an engine.autodiff.tape.Tape.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from engine.affine_problem import A, B
 from engine.autodiff.gradcheck import gradcheck
 from engine.autodiff.tape import Tape
 from engine.fields import FieldGroup, taichi_float
-from engine.kernels.affine import affine, sum_into
-from engine.kernels.chain import sin_map
+from engine.kernels.elementwise import affine, sin_map, sum_into
 from engine.launch import launch
-
-A, B = 2.0, 0.5
 
 
 class ChainProblem:

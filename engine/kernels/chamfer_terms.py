@@ -1,6 +1,6 @@
 """Chamfer terms against held correspondences, fixed-order reductions, and Laplacian smoothing.
 
-The closest-point search (engine.kernels.bvh) uses `while`/`break`, which Taichi's
+The closest-point search (engine.kernels.bvh_query) uses `while`/`break`, which Taichi's
 reverse-mode AD rejects, so it runs untaped and its answers are *held*: the envelope
 theorem says d/dx min_y |x - y|^2 = d/dx |x - y*|^2 with the argmin y* held fixed.
 The taped kernels here compute those held squared distances:
@@ -146,17 +146,6 @@ def serial_total(partial: ti.template(), total: ti.template()):
     ti.loop_config(serialize=True)
     for b in range(partial.shape[0]):
         total[None] += partial[b]
-
-
-@ti.kernel
-def zero_scalar(total: ti.template()):
-    total[None] = 0.0
-
-
-@ti.kernel
-def zero_ints(values: ti.template()):
-    for i in values:
-        values[i] = 0
 
 
 @ti.kernel

@@ -1,4 +1,8 @@
-"""The affine map y = a*x + b and the sum reduction: the first acceptance slice."""
+"""Elementwise maps and the sum: y = a*x + b, z = sin(y), total += sum(values).
+
+The affine acceptance is `affine` -> `sum_into`; the tape-chain oracle is `affine` ->
+`sin_map` -> `sum_into`, so dL/dx = 2 cos(2x + 0.5). Taichi generates every adjoint.
+"""
 import taichi as ti
 
 
@@ -14,3 +18,9 @@ def affine(x: ti.template(), y: ti.template(), a: ti.f64, b: ti.f64):
 def sum_into(values: ti.template(), total: ti.template()):
     for i in values:
         total[None] += values[i]
+
+
+@ti.kernel
+def sin_map(y: ti.template(), z: ti.template()):
+    for i in y:
+        z[i] = ti.sin(y[i])

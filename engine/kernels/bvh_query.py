@@ -1,6 +1,6 @@
 """Triangle BVH on the device: refit, closest-point query, and the brute-force oracle.
 
-Tree layout (built on the host by `engine.bvh`): an implicit complete binary tree of
+Tree layout (built on the host by `engine.triangle_bvh`): an implicit complete binary tree of
 `depth` levels below the root, every leaf at the same depth. Node i has children
 2i+1 and 2i+2 (no child pointers); nodes of level d are [2^d - 1, 2^(d+1) - 1);
 leaf k is node 2^depth - 1 + k and owns triangle slots [leaf_start[k], leaf_start[k+1]).

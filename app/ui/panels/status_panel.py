@@ -1,8 +1,9 @@
-"""Status bar (backend, Taichi version, warm-up progress, UI rate) and the errors window."""
+"""Status bar (backend, Taichi version, start-up progress, the last file saved, UI rate) and the errors window."""
 from __future__ import annotations
 
 from imgui_bundle import imgui
 
+from app.ui import colours
 from app.ui.state import AppState
 
 _SPINNER = "|/-\\"
@@ -18,12 +19,24 @@ def draw_status(state: AppState) -> None:
     imgui.same_line()
     if state.warmup:
         spinner = _SPINNER[(state.frame // 6) % len(_SPINNER)]
-        imgui.text_colored(imgui.ImVec4(1.0, 0.8, 0.3, 1.0), f"| {spinner} {'; '.join(state.warmup)}")
+        if state.warmup_total and state.warmup_done < state.warmup_total:
+            imgui.text_disabled("|")
+            imgui.same_line()
+            fraction = state.warmup_done / state.warmup_total
+            imgui.progress_bar(fraction, imgui.ImVec2(imgui.get_font_size() * 7, 0),
+                               f"start-up {state.warmup_done}/{state.warmup_total}")
+            imgui.set_item_tooltip("backend starts and first kernel compiles; the first run on a machine compiles "
+                                   "for minutes, later runs load the kernels from Taichi's cache")
+            imgui.same_line()
+        imgui.text_colored(colours.BUSY, f"{spinner} {'; '.join(state.warmup)}")
     else:
         imgui.text_disabled("| warm")
+    if state.saved:
+        imgui.same_line()
+        imgui.text_disabled(f"| {state.saved}")
     if state.errors:
         imgui.same_line()
-        imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), f"| {len(state.errors)} error(s)")
+        imgui.text_colored(colours.ERROR, f"| {len(state.errors)} error(s)")
     if state.show_timings:
         imgui.same_line()
         imgui.text_disabled(f"| UI {state.ui_fps:.0f} fps")
@@ -41,7 +54,7 @@ def draw_errors(state: AppState) -> None:
     if imgui.begin("Errors", None, flags):
         for index, message in enumerate(list(state.errors)):
             imgui.push_id(index)
-            imgui.text_colored(imgui.ImVec4(1.0, 0.45, 0.35, 1.0), "error:")
+            imgui.text_colored(colours.ERROR, "error:")
             imgui.same_line()
             imgui.push_text_wrap_pos(imgui.get_font_size() * 45)
             imgui.text_wrapped(message)

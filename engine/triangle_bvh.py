@@ -1,6 +1,6 @@
 """Host glue for the triangle BVH: build the tree order, own its fields, launch refit and queries.
 
-API (device math is in `engine.kernels.bvh`; the tree layout is described there):
+API (device math is in `engine.kernels.bvh_query`; the tree layout is described there):
 
     bvh = TriangleBVH.build(vertices, faces)            # numpy (V, 3) float, (F, 3) int
     bvh = TriangleBVH(vertices_field, faces_field)      # existing fields (vec3 f32 (V,), vec3 i32 (F,))
@@ -13,7 +13,7 @@ API (device math is in `engine.kernels.bvh`; the tree layout is described there)
 Build: object-median split on the longest centroid axis, level by level over every
 node at once (vectorised numpy), giving a complete tree with every leaf at one depth
 and between leaf_size/2 and leaf_size faces per leaf: no child pointers, and a depth
-bound that makes stack overflow impossible (see `engine.kernels.bvh`). The tree's
+bound that makes stack overflow impossible (see `engine.kernels.bvh_query`). The tree's
 triangle order is fixed at build; `refit()` recomputes the boxes on the device after
 vertices move (call it every iteration, under `tape.pause()` inside a tape: refit and
 queries are untaped launches); `rebuild()` re-sorts on the host if the mesh has
@@ -30,7 +30,7 @@ import taichi as ti
 
 from engine.errors import UserError
 from engine.fields import FieldGroup
-from engine.kernels import bvh as kernels
+from engine.kernels import bvh_query as kernels
 from engine.launch import launch
 
 DEFAULT_LEAF_SIZE = 16  # most faces per leaf; chosen by measurement (docs/RESULTS.md)

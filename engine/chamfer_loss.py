@@ -13,7 +13,7 @@ a static BVH over the target; (b) each of `n_samples` target surface samples s_j
 source surface, through a BVH over the source refitted on the device every iteration
 (and re-sorted on the host every REBUILD_EVERY iterations, which keeps its boxes tight).
 
-Gradients by the envelope theorem (see engine.kernels.chamfer): the queries run
+Gradients by the envelope theorem (see engine.kernels.chamfer_terms): the queries run
 untaped and their answers are held; the taped kernels differentiate the squared
 distance to the held point, expressed for (b) as the barycentric combination of the
 held source triangle's corners, so the gradient spreads onto those three vertices by
@@ -25,11 +25,12 @@ from __future__ import annotations
 import numpy as np
 import taichi as ti
 
+from engine.autodiff.grad_kernels import fill_value
 from engine.autodiff.tape import Tape
-from engine.bvh import TriangleBVH, morton_order
+from engine.triangle_bvh import TriangleBVH, morton_order
 from engine.errors import UserError
 from engine.fields import FieldGroup
-from engine.kernels import chamfer as k
+from engine.kernels import chamfer_terms as k
 from engine.launch import custom, launch
 from engine.mesh_io import Mesh
 
@@ -57,7 +58,48 @@ def _padded(n: int) -> int:
 
 
 class ChamferLoss:
-    """Fields, BVHs and launches of the symmetric Chamfer loss (see the module docstring)."""
+    """The symmetric Chamfer loss between a source mesh on the device and a target mesh, through two BVHs.
+
+    Args:
+        x: the source vertices, a Taichi vec3 field (V,) of float32 or float64 allocated with
+            `needs_grad=True` (the gradient lands in `x.grad`); the field is read, never copied.
+        faces: the source triangles, (F, 3) int, indices into `x`.
+        target: the target mesh (`engine.mesh_io.Mesh`, e.g. from `load_mesh` or `make_mesh`).
+        n_samples: target surface samples (area-weighted, drawn once from `seed`).
+        rebuild_every: re-sort the source BVH on the host every this many `correspond` calls (0: never).
+
+    Attributes:
+        value: the loss, a 0-d field in `x`'s dtype: mean_i |x_i - t(x_i)|^2 + mean_j |s_j - p(s_j)|^2.
+
+    Raises:
+        UserError: `n_samples` < 1, or a mesh the BVH refuses (out-of-range indices, too deep a tree).
+
+    One evaluation, inside `with tape:`: `correspond()` (untaped closest points, held), then
+    `record(tape)` (the taped held distances and fixed-order sums); `tape.backward(loss.value)`.
+    Same backend, same inputs: bit-identical loss and gradient. `app.scenes.shape_fit.ShapeFit`
+    drives it, with Adam and a `LaplacianSmoother`.
+
+    Example:
+        >>> import taichi as ti
+        >>> from engine import backend, meshgen
+        >>> from engine.autodiff.tape import Tape
+        >>> from engine.fields import FieldGroup
+        >>> from engine.mesh_io import make_mesh
+        >>> _ = backend.init("cpu")
+        >>> sphere, faces = meshgen.icosphere(2)
+        >>> group = FieldGroup()
+        >>> x = group.vector(3, ti.f32, (len(sphere),), needs_grad=True)
+        >>> _ = group.finalize()
+        >>> x.from_numpy(sphere.astype("float32"))
+        >>> loss, tape = ChamferLoss(x, faces, make_mesh(*meshgen.blob(3), "blob"), n_samples=1024), Tape()
+        >>> with tape:
+        ...     loss.correspond()
+        ...     loss.record(tape)
+        >>> tape.backward(loss.value)
+        >>> loss.value[None] > 0.0, x.grad.to_numpy().shape, loss.misses()
+        (True, (162, 3), 0)
+        >>> loss.destroy(); group.destroy()
+    """
 
     def __init__(self, x, faces: np.ndarray, target: Mesh, n_samples: int = 8192, seed: int = 0,
                  rebuild_every: int = REBUILD_EVERY):
@@ -84,7 +126,7 @@ class ChamferLoss:
         self.partial_a = g.field(dtype, (self.terms_a.shape[0] // k.BLOCK,), needs_grad=True)
         self.partial_b = g.field(dtype, (self.terms_b.shape[0] // k.BLOCK,), needs_grad=True)
         self.value = g.field(dtype, (), needs_grad=True)
-        # vertex -> (sample, corner) slot index for the fixed-order scatter (see engine.kernels.chamfer)
+        # vertex -> (sample, corner) slot index for the fixed-order scatter (see engine.kernels.chamfer_terms)
         self.ref_count = g.field(ti.i32, (self.n_vertices,))
         self.ref_start = g.field(ti.i32, (self.n_vertices + 1,))
         self.ref_cursor = g.field(ti.i32, (self.n_vertices,))
@@ -143,7 +185,7 @@ class ChamferLoss:
     def index_slots(self) -> None:
         """Untaped: the vertex -> slot index the fixed-order scatter walks (integer atomics: exact)."""
         n = self.n_samples
-        launch(k.zero_ints, self.ref_count)
+        launch(fill_value, self.ref_count, 0)
         launch(k.count_refs, self.faces, self.held_face, n, self.ref_count)
         launch(k.exclusive_scan, self.ref_count, self.ref_start, self.ref_cursor, self.ref_blocks)
         launch(k.fill_slots, self.faces, self.held_face, n, self.ref_cursor, self.slots)
@@ -151,7 +193,7 @@ class ChamferLoss:
     def record(self, tape: Tape) -> None:
         """Taped: the held squared distances and their fixed-order sums into `self.value`."""
         with tape.pause():
-            launch(k.zero_scalar, self.value)
+            launch(fill_value, self.value, 0)
         launch(k.held_point_terms, self.x, self.held_point, self.n_vertices, 1.0 / self.n_vertices, self.terms_a,
                name="chamfer: vertex to held target point")
         launch(k.gather_corners, self.x, self.faces, self.held_face, self.n_samples, self.corners, self.ref_start,

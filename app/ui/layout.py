@@ -1,0 +1,31 @@
+"""Layout helpers the panels share, so that they hold together from 1024x640 up.
+
+`flow(width)` places the next item beside the last one when it fits there and on a new line
+otherwise, so a row of controls wraps instead of running off a narrow panel. `plot_layout(size)`
+gives a short plot its room back: no title (its axes stay labelled) and the legend inside.
+"""
+from __future__ import annotations
+
+from imgui_bundle import imgui, implot
+
+COMPACT_PLOT_LINES = 14  # plots shorter than this many text lines drop their title
+
+
+def flow(width: float) -> None:
+    """Before an item `width` pixels wide: beside the previous item if it fits, else on the next line."""
+    imgui.same_line()
+    if imgui.get_content_region_avail().x < width:
+        imgui.new_line()
+
+
+def labelled_width(item_width: float, label: str) -> float:
+    """The width of a widget of `item_width` pixels with `label` drawn to its right."""
+    return item_width + imgui.get_style().item_inner_spacing.x + imgui.calc_text_size(label.split("##")[0]).x
+
+
+def plot_layout(size: imgui.ImVec2) -> tuple[int, int, int]:
+    """(plot flags, legend location, legend flags) for a plot of `size`: a tall one has its title and a
+    legend in a row above it; a short one has neither the title nor that row (the legend goes inside)."""
+    if size.y < COMPACT_PLOT_LINES * imgui.get_font_size():
+        return implot.Flags_.no_title, implot.Location_.north_east, implot.LegendFlags_.none
+    return implot.Flags_.none, implot.Location_.north, implot.LegendFlags_.outside | implot.LegendFlags_.horizontal

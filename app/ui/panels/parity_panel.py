@@ -1,0 +1,122 @@
+"""Parity panel: the live difference between the primary and the parity backend.
+
+The controller renders the frame on screen again on the parity backend (its own
+worker process) and `app.ui.parity_summary.summarise` compares the two off the UI thread; this panel draws
+the result: the share of values within the tolerance and the max error (where it is: in
+a tooltip), then |A - B| as a heat map (`engine.image_io.diff_heatmap`: log scale around the
+tolerance) with its colour bar, and a histogram of log10 |A - B| over every value with
+log counts (most values agree exactly, so a linear count axis shows one bar).
+It says when the parity worker is starting, busy or unavailable.
+"""
+from __future__ import annotations
+
+import numpy as np
+from imgui_bundle import imgui, implot
+
+from app.claims.thresholds import PIXEL_MIN_SHARE
+from app.ui import colours
+from app.ui.gl import Gfx
+from app.ui.layout import flow, plot_layout
+from app.ui.parity_summary import HIST_BINS, LOG_RANGE
+from app.ui.state import AppState, Command
+from engine.image_io import diff_heatmap_range, heatmap_colours
+
+COLORMAP = "shannon |A - B|"  # engine.image_io's heat-map colours, registered with implot for the colour bar
+MIN_PLOT_HEIGHT = 90.0  # below this the heat map and histogram stop shrinking and the panel scrolls
+
+
+def draw(state: AppState, gfx: Gfx) -> None:
+    view = state.parity
+    imgui.text(f"{state.backend or state.arch} (A) vs {state.parity_arch} (B)")
+    imgui.same_line()
+    _status_badge(view.status)
+    imgui.same_line()
+    imgui.begin_disabled(view.status != "idle")
+    if imgui.small_button("compare gradients"):
+        state.commands.append(Command("parity_grad"))
+    imgui.end_disabled()
+    imgui.set_item_tooltip("the fit's gradients are compared every few seconds while it moves; this compares them now")
+    imgui.same_line()
+    imgui.begin_disabled(view.status != "idle" or not state.invert.ready)
+    if imgui.small_button("compare render gradient"):
+        state.commands.append(Command("render_grad"))
+    imgui.end_disabled()
+    imgui.set_item_tooltip("d loss / d scene parameters of the inverse render at its current parameters, on both "
+                           "backends")
+    if view.error:
+        imgui.text_colored(colours.ERROR, view.error)
+    if view.share_within is None:
+        imgui.text_disabled(view.what or "no comparison yet: the first full-quality frame is compared automatically")
+        return
+    ok = view.share_within >= PIXEL_MIN_SHARE
+    colour = colours.OK if ok else colours.ERROR
+    imgui.text_colored(colour, f"{view.share_within * 100:.3f} % within {view.atol:g}")
+    imgui.set_item_tooltip(view.worst)
+    summary = f"max |A - B| {view.max_abs_err:.3g} | {view.what}"
+    flow(imgui.calc_text_size(summary).x)
+    imgui.text_disabled(summary)
+    imgui.set_item_tooltip(view.worst)
+    if view.grad_summary:
+        imgui.text_wrapped(view.grad_summary)
+    if view.render_grad_summary:
+        imgui.text_wrapped(view.render_grad_summary)
+    avail = imgui.get_content_region_avail()
+    spacing = imgui.get_style().item_spacing.x
+    height = max(avail.y, MIN_PLOT_HEIGHT)
+    bar_width = imgui.get_font_size() * 4.5
+    _heatmap(state, gfx, imgui.ImVec2(max(avail.x * 0.5 - bar_width - spacing, 16.0), height))
+    imgui.same_line()
+    lo, hi = diff_heatmap_range(view.atol)
+    implot.colormap_scale("log10 |A - B|", lo, hi, imgui.ImVec2(bar_width, height), "%.1f", 0, _colormap())
+    imgui.same_line()
+    _histogram(state, imgui.ImVec2(max(imgui.get_content_region_avail().x, 16.0), height))
+
+
+def _colormap() -> int:
+    """implot's index of the heat map's colours (registered on first use in this implot context)."""
+    index = implot.get_colormap_index(COLORMAP)
+    if index < 0:
+        rgba = np.concatenate([heatmap_colours(), np.ones((len(heatmap_colours()), 1))], axis=1)
+        index = implot.add_colormap(COLORMAP, rgba.astype(np.float32), False)
+    return index
+
+
+def _heatmap(state: AppState, gfx: Gfx, size: imgui.ImVec2) -> None:
+    view = state.parity
+    if view.heatmap is None:
+        imgui.dummy(size)
+        return
+    height, width = view.heatmap.shape[:2]
+    scale = min(size.x / width, size.y / height)
+    imgui.image(gfx.image("parity_heatmap", view.heatmap, view.heatmap_version),
+                imgui.ImVec2(width * scale, height * scale))
+    if imgui.is_item_hovered():
+        imgui.set_tooltip(f"|A - B| per pixel (max over RGB), log scale from {view.atol / 100:g} (dark) "
+                          f"to {view.atol * 1000:g} (bright); within atol is the dark half")
+
+
+def _status_badge(status: str) -> None:
+    if status == "idle":
+        imgui.text_colored(colours.OK, "[worker idle]")
+    elif status == "busy":
+        imgui.text_colored(colours.BUSY, "[worker busy: rendering on B]")
+    elif status == "starting":
+        imgui.text_colored(colours.BUSY, "[worker starting]")
+    else:
+        imgui.text_colored(colours.ERROR, f"[{status}]")
+
+
+def _histogram(state: AppState, size: imgui.ImVec2) -> None:
+    view = state.parity
+    flags, legend, legend_flags = plot_layout(size)
+    if view.hist_counts is None or not implot.begin_plot("values by |A - B|###hist", size, flags):
+        return
+    implot.setup_axes("log10 |A - B|", "values (count, log)")
+    implot.setup_axis_scale(implot.ImAxis_.y1, implot.Scale_.log10)
+    implot.setup_axis_limits(implot.ImAxis_.x1, *LOG_RANGE, implot.Cond_.always)
+    # from half a count (a bin of one value shows) to above the tallest bin, at least two decades
+    implot.setup_axis_limits(implot.ImAxis_.y1, 0.5, max(float(view.hist_counts.max()) * 3.0, 50.0), implot.Cond_.always)
+    implot.setup_legend(legend, legend_flags)
+    implot.plot_bars("values", view.hist_log_err, view.hist_counts, (LOG_RANGE[1] - LOG_RANGE[0]) / HIST_BINS)
+    implot.plot_inf_lines(f"atol {view.atol:g}", np.array([np.log10(view.atol)]))
+    implot.end_plot()

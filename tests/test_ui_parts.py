@@ -1,0 +1,101 @@
+"""The desktop app's pieces that need no window: camera framing and panning, the file dialog's
+listing, the heat map's colour bar, the start-up progress count and the menu's shortcut table."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from app.ui.controller import START_UP, Controller
+from app.ui.gl import MESH_FOV_Y
+from app.ui.menus import SHORTCUTS
+from app.ui.panels import file_dialog
+from app.ui.panels.fit_panel import FRAME_MARGIN, framing_distance
+from app.ui.state import AppState, Orbit
+from engine import image_io
+
+
+@pytest.mark.parametrize("aspect", [0.5, 1.0, 2.5])
+def test_framing_fits_the_sphere_in_the_narrower_angle(aspect):
+    radius = 1.7
+    distance = framing_distance(radius, aspect)
+    half_y = MESH_FOV_Y / 2
+    half_x = math.atan(math.tan(half_y) * aspect)
+    seen = math.asin(radius / distance)  # the sphere's angular radius from the camera
+    assert seen == pytest.approx(math.asin(1 / FRAME_MARGIN * math.sin(min(half_x, half_y))))
+    assert seen < min(half_x, half_y)  # the whole sphere is in view, with the margin
+
+
+def test_pan_follows_the_mouse_in_the_view_plane():
+    orbit = Orbit(yaw=0.0, pitch=0.0, distance=5.0)  # looking down -z from +z: right is +x, up is +y
+    orbit.pan(10.0, 0.0, fov_y_deg=36.0, view_height_px=400.0)
+    metres_per_px = 2 * 5.0 * math.tan(math.radians(18.0)) / 400.0
+    np.testing.assert_allclose(orbit.center, (-10 * metres_per_px, 0.0, 0.0), atol=1e-12)  # the scene moves right
+    orbit.pan(0.0, 10.0, fov_y_deg=36.0, view_height_px=400.0)
+    np.testing.assert_allclose(orbit.center, (-10 * metres_per_px, 10 * metres_per_px, 0.0), atol=1e-12)
+
+
+def test_file_dialog_lists_folders_first_without_sizes(tmp_path):
+    (tmp_path / "b_folder").mkdir()
+    (tmp_path / "a.obj").write_bytes(b"x" * 2048)
+    (tmp_path / "notes.txt").write_text("not listed")
+    (tmp_path / ".hidden.obj").write_text("not listed")
+    entries = file_dialog.list_folder(str(tmp_path), file_dialog.MESH_EXTENSIONS)
+    assert entries == [("b_folder", True, 0), ("a.obj", False, 2048)]
+    assert file_dialog.size_text(2048) == "2.0 KiB" and file_dialog.size_text(512) == "512 B"
+
+
+def test_file_dialog_accepts_a_typed_path_and_queues_its_command(tmp_path):
+    state = AppState()
+    file_dialog.open_dialog(state, "save_frame", str(tmp_path / "shot"))
+    assert (state.dialog.folder, state.dialog.name) == (str(tmp_path), "shot")
+    assert file_dialog.chosen_path(state) == str(tmp_path / "shot.png")  # a bare name gets the purpose's extension
+    file_dialog.open_dialog(state, "open_mesh", str(tmp_path / "missing.obj"))
+    state.dialog.name = "missing.obj"
+    assert file_dialog.chosen_path(state) == "" and "no such file" in state.dialog.error
+    (tmp_path / "sub").mkdir()
+    state.dialog.name = "sub"  # a folder typed as the name is entered, not chosen
+    assert file_dialog.chosen_path(state) == "" and state.dialog.folder == str(tmp_path / "sub")
+
+
+def test_heatmap_colour_bar_matches_the_heat_map():
+    atol = 1e-4
+    lo, hi = image_io.diff_heatmap_range(atol)
+    a = np.zeros((1, 3))
+    ends = image_io.diff_heatmap(a, np.array([[10 ** lo, 10 ** hi, 10 ** hi * 10]]), atol)[0]
+    stops = np.round(image_io.heatmap_colours() * 255).astype(np.uint8)
+    np.testing.assert_array_equal(ends[0], stops[0])
+    np.testing.assert_array_equal(ends[1], stops[-1])
+    np.testing.assert_array_equal(ends[2], stops[-1])  # beyond the bar's top: its top colour
+
+
+class _Link:
+    def __init__(self, status: str, in_flight: str = ""):
+        self.status, self.in_flight, self.backend = status, in_flight, {"arch": "cpu"}
+
+
+def test_start_up_progress_counts_finished_steps():
+    state = AppState(arch="cpu", parity_arch="vulkan", show_timings=False)
+    controller = Controller.__new__(Controller)  # no worker links: the counting alone
+    controller.primary = _Link("busy", "app.ui.services:render_frame")
+    controller.parity = _Link("starting")
+    controller._first_calls = {controller.primary: {"render_frame", "fit_reset"},
+                               controller.parity: {"render_frame", "fit_gradient_at"}}
+    controller._started_at = {}
+    Controller._link_status(controller, state)
+    total = sum(1 + len(steps) for steps in START_UP.values())
+    assert (state.warmup_done, state.warmup_total) == (1, total)  # the primary backend has started
+    assert state.warmup == ["compiling the ray-march kernel on cpu", "starting the vulkan (parity) backend"]
+    controller._first_calls[controller.primary].discard("render_frame")
+    controller.parity = _Link("unavailable: no Vulkan")
+    controller._first_calls[controller.parity] = {"render_frame", "fit_gradient_at"}
+    Controller._link_status(controller, state)
+    assert state.warmup_done == 2 + 1 + len(START_UP["parity"])  # an unavailable worker has nothing left to do
+
+
+def test_every_shortcut_has_its_own_key():
+    keys = [shortcut.key for shortcut in SHORTCUTS.values()]
+    assert len(set(keys)) == len(keys)
+    labels = [shortcut.keys for shortcut in SHORTCUTS.values()]
+    assert len(set(labels)) == len(labels)
