@@ -168,7 +168,8 @@ def closer(a, b):
 def sd_tile(u: Array3f, g):
     th, tr = rk.TILE_HALF, rk.TILE_ROUND
     slab = sd_box(u, (th[0] - tr, th[1] - tr, th[2] - tr)) - tr
-    letter = extrude(glyph(g, Array2f(u.x, u.y)) - (rk.STROKE - 0.008), u.z, th[2] + 0.007) - 0.008
+    letter = extrude(glyph(g, Array2f(u.x, u.y)) - (rk.STROKE - 0.008), u.z - rk.LETTER_HALF_DEPTH,
+                     rk.LETTER_HALF_DEPTH) - 0.008
     return closer((slab, Float(rk.M_TILE)), (letter, Float(rk.M_LETTER)))
 
 
