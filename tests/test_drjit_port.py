@@ -14,7 +14,7 @@ try:
 except ImportError as exc:  # drjit not installed, or no usable libLLVM
     pytest.skip(f"the Dr.Jit port needs drjit with an LLVM >= 16: {exc}", allow_module_level=True)
 
-from bench.invert import check, describe, start_theta
+from bench.invert import Peer, check, describe, start_theta
 from engine.worker import BackendWorker
 
 WIDTH, HEIGHT = 64, 32
@@ -34,21 +34,12 @@ class _OursInWorker:
                                 height=HEIGHT, timeout_s=1800.0)
 
 
-class _Peer:
-    def __init__(self, target: np.ndarray):
-        from engine.render import Camera, camera_params
+def _peer(target: np.ndarray, cls: type = Peer) -> Peer:
+    from engine.render import Camera, camera_params
 
-        self.r = drjit_render.DrJitRenderer(edge_px=1.0)
-        self.r.set_view(camera_params(Camera(), WIDTH, HEIGHT).astype(np.float32), WIDTH, HEIGHT)
-        self.target = target
-        self.r.set_target(target)
-
-    def set_weight(self, weight: np.ndarray | None) -> None:
-        self.r.set_target(self.target, weight)
-
-    def evaluate(self, theta: np.ndarray) -> dict:
-        loss, grad = self.r.loss_and_gradient(theta)
-        return {"loss": loss, "grad": grad, "image": self.r._numpy(self.r.last_image)}
+    peer = cls()
+    peer.set_view(camera_params(Camera(), WIDTH, HEIGHT).astype(np.float32), WIDTH, HEIGHT, target)
+    return peer
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +56,7 @@ def ours():
 
 def test_the_port_renders_our_image_and_gradient(ours):
     truth, theta = start_theta()
-    peer = _Peer(ours.target)
+    peer = _peer(ours.target)
     assert np.abs(peer.r.render(truth) - ours.target).max() <= 0.05
     c = check(ours, peer, theta)
     assert c["ok"], describe(c)
@@ -78,8 +69,8 @@ def test_the_comparison_can_fail(ours):
     moved = theta.copy()
     moved[1] += np.radians(1.0)
 
-    class _Moved(_Peer):
+    class _Moved(Peer):
         def evaluate(self, _theta):
             return super().evaluate(moved)
 
-    assert not check(ours, _Moved(ours.target), theta)["ok"]
+    assert not check(ours, _peer(ours.target, _Moved), theta)["ok"]
