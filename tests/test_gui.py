@@ -46,6 +46,8 @@ needs_display = pytest.mark.skipif(not (os.environ.get("DISPLAY") or os.environ.
 
 TETRA_OBJ = "v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 3 2\nf 1 2 4\nf 1 4 3\nf 2 3 4\n"
 
+RENDER_GRAD_WAIT_S = 1200.0  # a cold compile of the taped render kernels on lavapipe, on a loaded 2-core machine
+
 
 def _wait(ctx, condition, what: str, timeout_s: float = WAIT_S) -> None:
     deadline = time.perf_counter() + timeout_s
@@ -115,10 +117,6 @@ def _script(records: dict, files: dict):
         ctx.item_click("**/Step##invert")
         _wait(ctx, lambda: inverse.iteration == 1, "one inverse-render iteration after Step")
         records["invert_step"] = (inverse.iteration, list(inverse.losses), inverse.image_version)
-        ctx.set_ref("Parity")
-        ctx.item_click("**/compare render gradient")
-        _wait(ctx, lambda: bool(state.parity.render_grad_summary), "the render gradient comparison")
-        records["render_grad_summary"] = state.parity.render_grad_summary
 
         ctx.set_ref("Shape fit")
         ctx.item_click("**/Start")
@@ -218,6 +216,14 @@ def _script(records: dict, files: dict):
         ctx.item_click("**/Dismiss")
         ctx.yield_(2)
         records["dismissed"] = list(state.errors)
+
+        # last: the parity worker compiles the differentiable renderer now (its fields are not that process's
+        # first, so Taichi's offline cache may miss: minutes under load), and nothing else waits on it
+        ctx.set_ref("Parity")
+        ctx.item_click("**/compare render gradient")
+        _wait(ctx, lambda: bool(state.parity.render_grad_summary or state.parity.error), "the render gradient "
+              "comparison", timeout_s=RENDER_GRAD_WAIT_S)
+        records["render_grad_summary"] = state.parity.render_grad_summary or state.parity.error
 
     return script
 

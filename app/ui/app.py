@@ -142,8 +142,8 @@ def _docking(panel: str | None):
     splits = [
         split("MainDockSpace", "RightSpace", imgui.Dir.right, 0.45),
         split("MainDockSpace", "ParitySpace", imgui.Dir.down, 0.4),
-        split("RightSpace", "TapeSpace", imgui.Dir.down, 0.36),
-        split("RightSpace", "InvertSpace", imgui.Dir.down, 0.55),
+        split("RightSpace", "TapeSpace", imgui.Dir.down, 0.27),
+        split("RightSpace", "InvertSpace", imgui.Dir.down, 0.52),
     ]
     return splits, {"raymarch": "MainDockSpace", "parity": "ParitySpace", "fit": "RightSpace", "tape": "TapeSpace",
                     "invert": "InvertSpace"}

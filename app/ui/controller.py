@@ -38,7 +38,7 @@ SERVICES = "app.ui.services"
 FIT_BATCH_S = 0.05  # a running fit returns to the link this often, so frames can interleave
 GRAD_PARITY_EVERY_S = 2.0  # the live fit's gradients are compared across backends at most this often
 INVERT_BATCH_S = 0.3  # a running inverse render returns to the link this often
-INVERT_VIEW = (128, 64)  # the inverse render panel's resolution
+INVERT_VIEW = (256, 128)  # the inverse render panel's resolution: the claim's (at 128x64 the arm is too thin to recover)
 INVERT_TIMEOUT_S = 1800.0  # a cold start compiles the differentiable renderer: minutes on a loaded 2-core machine
 MIN_RENDER_PX = 32
 FIRST_CALLS = {  # a worker's first call of these compiles kernels: the status bar says so meanwhile
@@ -253,6 +253,8 @@ class Controller:
             if answer.request.slot == "grad":
                 view.grad_summary = failed
                 self._grad_in_flight = False
+            elif answer.request.slot == "render_grad":
+                view.render_grad_summary = failed
             else:
                 view.error = failed
             state.error(failed)

@@ -89,7 +89,8 @@ def _images(state: AppState, gfx: Gfx) -> None:
     avail = imgui.get_content_region_avail()
     spacing = imgui.get_style().item_spacing.x
     height, width = view.image.shape[:2]
-    scale = min((avail.x - 2 * spacing) / (3 * width), avail.y * 0.45 / height)
+    scale = min((avail.x - 2 * spacing) / (3 * width), avail.y * 0.4 / height)
+    imgui.text_disabled("  |  ".join(label for _, label in IMAGES))
     size = imgui.ImVec2(max(width * scale, 8.0), max(height * scale, 8.0))
     for i, (key, label) in enumerate(IMAGES):
         if i:
@@ -100,16 +101,17 @@ def _images(state: AppState, gfx: Gfx) -> None:
 
 def _table(state: AppState, size: imgui.ImVec2) -> None:
     view = state.invert
-    flags = imgui.TableFlags_.borders_inner_h | imgui.TableFlags_.scroll_y | imgui.TableFlags_.row_bg
-    if not imgui.begin_table("##invert_parameters", 5, flags, size):
+    flags = (imgui.TableFlags_.borders_inner_h | imgui.TableFlags_.scroll_y | imgui.TableFlags_.row_bg
+             | imgui.TableFlags_.sizing_stretch_prop)
+    if not imgui.begin_table("##invert_parameters", 4, flags, size):
         return
-    for name in ("parameter", "true", "start", "current", "unit"):
-        imgui.table_setup_column(name)
+    for name, weight in (("parameter", 1.6), ("true", 1.0), ("start", 1.0), ("current", 1.0)):
+        imgui.table_setup_column(name, imgui.TableColumnFlags_.width_stretch, weight)
     imgui.table_setup_scroll_freeze(0, 1)
     imgui.table_headers_row()
     for name, unit, true, start, current in zip(view.names, view.units, view.true, view.start, view.current):
         imgui.table_next_row()
-        for value in (name, f"{true:.3f}", f"{start:.3f}", f"{current:.3f}", unit):
+        for value in (f"{name} ({unit})", f"{true:.3f}", f"{start:.3f}", f"{current:.3f}"):
             imgui.table_next_column()
             imgui.text(value)
     imgui.end_table()
