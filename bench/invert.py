@@ -274,7 +274,7 @@ def main(argv: list[str]) -> int:
     lines = [f"inverse rendering, one iteration (loss forward + d loss / d theta), robot-arm scene, target t={T_TARGET}, "
              f"start perturbed (default, seed {SEED}); {options.repeats} timed iterations per side after one warm-up "
              f"({machine_load()})", "",
-             f"threads: ours (Taichi {ti.__version__} cpu, cpu_max_num_threads) {ti_threads}"
+             f"threads: ours (Taichi {'.'.join(map(str, ti.__version__))} cpu, cpu_max_num_threads) {ti_threads}"
              + (f"; Dr.Jit {drjit_render.dr.__version__} LLVM {'.'.join(map(str, drjit_render.dr.detail.llvm_version()))}"
                 f" thread pool {drjit_render.thread_count()}" if peer else ""), "",
              "| size | ours ms, median (min-max) | Dr.Jit ms, median (min-max) | Dr.Jit / ours |",
