@@ -23,6 +23,7 @@ SC0, SC1 = (float(v) for v in rk._S_SC)
 TOP_C, TOP_S = (float(v) for v in rk._S_TOP_ROT)
 BOT_C, BOT_S = (float(v) for v in rk._S_BOT_ROT)
 STROKE = float(rk.STROKE)
+LETTER_HALF_DEPTH = float(rk.LETTER_HALF_DEPTH)
 BM = float(rk.BOUND_MARGIN)
 NEAR_TABLE_X, NEAR_TABLE_Y, NEAR_TABLE_Z = (float(v) for v in rk.NEAR_TABLE)
 NEAR_MOVING = float(rk.NEAR_MOVING)
@@ -131,7 +132,7 @@ def glyph(g: int, p: wp.vec2):
 @wp.func
 def sd_tile(u: wp.vec3, g: int):
     slab = sd_box(u, wp.vec3(THX - TR, THY - TR, THZ - TR)) - TR
-    letter = extrude(glyph(g, wp.vec2(u[0], u[1])) - (STROKE - 0.008), u[2], THZ + 0.007) - 0.008
+    letter = extrude(glyph(g, wp.vec2(u[0], u[1])) - (STROKE - 0.008), u[2] - LETTER_HALF_DEPTH, LETTER_HALF_DEPTH) - 0.008
     res = wp.vec2(slab, M_TILE)
     if letter < slab:
         res = wp.vec2(letter, M_LETTER)
@@ -286,7 +287,9 @@ def soft_shadow(ro: wp.vec3, rd: wp.vec3, s: Scene):
             y = h * h / (2.0 * prev_h)
             closest = wp.sqrt(wp.max(h * h - y * y, 0.0))
             res = wp.min(res, 10.0 * closest / wp.max(t - y, 1.0e-4))
-        prev_h = h
+            prev_h = h
+        else:
+            prev_h = 1.0e10
         t = t + wp.clamp(h, 0.01, 0.5)
         if res < 0.001 or t > 8.0 or ro[1] + rd[1] * t > float(rk.SCENE_TOP):
             break

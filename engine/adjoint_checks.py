@@ -29,9 +29,7 @@ ROWS, COLS, N_PX, K = 7, 5, 6, 2
 
 
 def _dtype() -> tuple:
-    from engine import backend
-
-    return (ti.f32, np.float32) if backend.current().name == "vulkan" else (ti.f64, np.float64)
+    return (ti.f32, np.float32) if ti.lang.impl.current_cfg().arch == ti.vulkan else (ti.f64, np.float64)
 
 
 def reference_soft_min(ratio: np.ndarray, colour: np.ndarray, active: np.ndarray, kappa: float) -> tuple:

@@ -175,13 +175,6 @@ def resolve_archs(arch: str | None, parity_arch: str | None) -> tuple[str, str]:
     return requested, parity
 
 
-def current() -> Backend:
-    """The backend started by `init`; raises `BackendNotStarted` if none was started in this process."""
-    if _current is None:
-        raise BackendNotStarted(NOT_STARTED)
-    return _current
-
-
 def require() -> None:
     """Raise `BackendNotStarted` unless Taichi runs in this process (started by `init`, or by `ti.init`).
 

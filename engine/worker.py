@@ -181,7 +181,7 @@ class BackendWorker:
             code = self._process.exitcode
             self._kill()
             hint = (" (a script that starts workers must do so under `if __name__ == \"__main__\":`, "
-                    "since the worker imports the script again)") if what == "start" and code == 1 else ""
+                    "since the worker imports the script again)") if what == "start-up" and code == 1 else ""
             raise WorkerError(f"{self.arch} worker died during {what} ({exit_description(code)}){hint}") from None
 
     def call(self, name: str, timeout_s: float = DEFAULT_TIMEOUT_S, **inputs: Any) -> dict:

@@ -124,9 +124,11 @@ def _script(records: dict, files: dict):
         records["running"] = fit.running
         ctx.item_click("**/Pause")
         records["paused_flag"] = fit.running
-        ctx.yield_(10)
+        paused = time.perf_counter()  # the batch in flight (FIT_BATCH_S of work) lands well within a second,
+        _wait(ctx, lambda: time.perf_counter() - paused > 1.5, "the batch in flight to land")  # even under load
         paused_at = fit.iteration
-        ctx.yield_(20)
+        seen = time.perf_counter()
+        _wait(ctx, lambda: time.perf_counter() - seen > 1.5, "a paused fit to stay paused")
         records["paused"] = (paused_at, fit.iteration)
         _wait(ctx, lambda: f"iteration {fit.iteration} " in state.parity.grad_summary,
               "the live gradient comparison to reach the paused iteration")
