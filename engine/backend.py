@@ -189,6 +189,18 @@ def require() -> None:
         raise BackendNotStarted(NOT_STARTED)
 
 
+def taichi_program() -> object:
+    """The running Taichi program, as a key for what is kept between calls (fields, compiled scratch).
+
+    Compare it with `is` and keep the reference: `ti.reset` frees a program's fields, and the next
+    program's object can reuse the old one's address, so an `id()` kept as the key matched a new
+    program and the kept fields were used after they were freed (a segfault, seen in a process
+    running several fits with `stop()` between them)."""
+    from taichi.lang import impl
+
+    return impl.get_runtime().prog
+
+
 def stop() -> Backend | None:
     """Stop Taichi in this process (`ti.reset`) and return the backend that ran, if any.
 
