@@ -211,7 +211,12 @@ def stop() -> Backend | None:
     global _current
     stopped, _current = _current, None
     if stopped is not None:
+        import gc
+
         import taichi as ti
 
+        # Unreachable ndarrays (in reference cycles) are deleted now, by the program that made them: a later
+        # collection ran Taichi's Ndarray.__del__ against the next program and crashed (issue 12's branch).
+        gc.collect()
         ti.reset()
     return stopped
