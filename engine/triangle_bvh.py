@@ -139,7 +139,31 @@ class QueryBuffers:
 
 
 class TriangleBVH:
-    """A BVH over the triangles in `faces_field` with corners in `vertices_field` (see module docstring)."""
+    """A BVH over the triangles in `faces_field` with corners in `vertices_field` (see module docstring).
+
+    Args:
+        vertices_field: Taichi vector field, 3 x f32, shape (V,): the corners (read again by `refit`).
+        faces_field: Taichi vector field, 3 x i32, shape (F,): corner indices into `vertices_field`.
+        leaf_size: most faces per leaf, 2..64.
+        stack_size: the query's per-thread stack, 1..STACK_SIZE (below the depth only in tests).
+
+    Raises:
+        UserError: an empty mesh, a face index out of range, non-finite corners, a leaf or stack
+            size out of range, or a tree deeper than the query stack.
+        BackendNotStarted: no backend runs in this process (`engine.backend.init` first).
+
+    Example:
+        >>> import numpy as np
+        >>> from engine import backend
+        >>> from engine.meshgen import icosphere
+        >>> _ = backend.init("cpu")
+        >>> bvh = TriangleBVH.build(*icosphere(2))         # 320 faces of the unit sphere
+        >>> hits = bvh.closest_points(np.array([[0.0, 0.0, 2.0], [0.0, 0.0, 0.5]]))
+        >>> [round(float(d), 3) for d in np.sqrt(hits["dist2"])]  # a vertex at (0, 0, 1); inside, a facet below the sphere
+        [1.0, 0.492]
+        >>> bool((hits["dist2"] == bvh.brute_force([[0.0, 0.0, 2.0], [0.0, 0.0, 0.5]])["dist2"]).all())
+        True
+    """
 
     def __init__(self, vertices_field, faces_field, leaf_size: int = DEFAULT_LEAF_SIZE,
                  stack_size: int = kernels.STACK_SIZE) -> None:
@@ -175,7 +199,9 @@ class TriangleBVH:
     @classmethod
     def build(cls, vertices: np.ndarray, faces: np.ndarray, leaf_size: int = DEFAULT_LEAF_SIZE,
               stack_size: int = kernels.STACK_SIZE) -> "TriangleBVH":
-        """A BVH that owns float32/int32 copies of `vertices` (V, 3) and `faces` (F, 3)."""
+        """A BVH that owns float32/int32 copies of `vertices` (V, 3) float and `faces` (F, 3) int.
+
+        Raises what the constructor raises (the mesh is checked before anything is allocated)."""
         vertices, faces = np.asarray(vertices), np.asarray(faces)
         _check_mesh(vertices, faces)
         group = FieldGroup()
@@ -198,12 +224,21 @@ class TriangleBVH:
         self._sort(self.vertices.to_numpy(), self.faces.to_numpy())
 
     def refit(self) -> None:
-        """Recompute every box from the current vertices on the device (one launch)."""
+        """Recompute every box from the current vertices on the device (one launch, deterministic).
+
+        Call after `vertices_field` changed (every fit iteration); the face order stays that of the
+        build, so a mesh that deformed far gets slower queries (never wrong ones): then `rebuild()`."""
         launch(kernels.refit, self.vertices, self.faces, self.order, self.leaf_start, self.tris, self.spheres,
                self.boxes, self.depth)
 
     def query(self, points, out_face, out_bary, out_point, out_dist2, n: int) -> None:
-        """Closest point on the mesh for points[0:n], written to the out_* fields (one launch)."""
+        """Closest point on the mesh for points[0:n], written to the out_* fields (one launch, no host copy).
+
+        Args:
+            points: vec3 f32 field (>= n,). out_face: i32 field, the face index (-1 for a NaN point).
+            out_bary: vec3 f32, weights of the face's corners in `faces` order. out_point: vec3 f32,
+            the closest point. out_dist2: f32, its squared distance (inf for a NaN point). n: points used.
+        Misses and stack overflows are counted in `counters()`; untaped (call under `tape.pause()`)."""
         launch(kernels.closest_point_query, points, n, self.tris, self.spheres, self.order, self.leaf_start,
                self.boxes, self.depth, out_face, out_bary, out_point, out_dist2, self.counter, self.stack_size)
 
@@ -215,7 +250,11 @@ class TriangleBVH:
         return self._buffers
 
     def closest_points(self, points: np.ndarray) -> dict[str, np.ndarray]:
-        """Numpy convenience for `query`; raises if the stack guard ever fired."""
+        """Numpy convenience for `query`.
+
+        Args: points: (N, 3) float array (any float dtype; queried in float32).
+        Returns: {"face": (N,) int32, "bary": (N, 3) float32, "point": (N, 3) float32, "dist2": (N,) float32}.
+        Raises: UserError for points that are not (N, 3); RuntimeError if the stack guard ever fired."""
         points = _check_points(points)
         buffers = self._buffers_for(len(points))
         n = buffers.load(points)
