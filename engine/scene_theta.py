@@ -26,8 +26,7 @@ import math
 import numpy as np
 
 from engine.errors import UserError
-from engine.kernels import kinematics as kin
-from engine.kernels import raymarch as rk
+from engine import scene_layout as layout
 
 NAMES: tuple[str, ...] = (
     "yaw", "shoulder", "elbow", "wrist", "grip",
@@ -36,12 +35,12 @@ NAMES: tuple[str, ...] = (
     "sun_azimuth", "sun_elevation",
 )
 GROUPS: dict[str, slice] = {
-    "joints": slice(kin.T_YAW, kin.T_GRIP),
-    "gripper": slice(kin.T_GRIP, kin.T_GRIP + 1),
-    "letter": slice(kin.T_TILE_POS, kin.T_TILE_POS + 3),
-    "letter_angles": slice(kin.T_TILE_YAW, kin.T_TILE_TILT + 1),
-    "albedo": slice(kin.T_PAINT, kin.T_LETTER + 3),
-    "sun": slice(kin.T_SUN_AZIMUTH, kin.T_SUN_ELEVATION + 1),
+    "joints": slice(layout.T_YAW, layout.T_GRIP),
+    "gripper": slice(layout.T_GRIP, layout.T_GRIP + 1),
+    "letter": slice(layout.T_TILE_POS, layout.T_TILE_POS + 3),
+    "letter_angles": slice(layout.T_TILE_YAW, layout.T_TILE_TILT + 1),
+    "albedo": slice(layout.T_PAINT, layout.T_LETTER + 3),
+    "sun": slice(layout.T_SUN_AZIMUTH, layout.T_SUN_ELEVATION + 1),
 }
 ANGLE_GROUPS = ("joints", "letter_angles", "sun")  # radians inside, degrees in flags and reports
 UNITS = {"joints": "deg", "gripper": "m", "letter": "units", "letter_angles": "deg", "albedo": "relative",
@@ -51,9 +50,9 @@ DEFAULT_PERTURB: dict[str, float] = {"joints": 20.0, "gripper": 0.03, "letter": 
 ALBEDO_RANGE = (0.02, 1.0)
 GRIP_RANGE = (0.15, 0.28)  # a finger's offset from the tool axis: the gripper closed on a tile .. fully open
 SUN_ELEVATION_RANGE = (0.05, 1.5)  # radians: the sun stays above the horizon
-TILE_LOWEST = rk.TABLE_TOP + rk.TILE_HALF[2]  # the tile's centre when it lies flat on the table
+TILE_LOWEST = layout.TABLE_TOP + layout.TILE_HALF[2]  # the tile's centre when it lies flat on the table
 
-assert len(NAMES) == kin.N_THETA
+assert len(NAMES) == layout.N_THETA
 
 
 def group_of(index: int) -> str:
@@ -114,12 +113,12 @@ def group_errors(theta: np.ndarray, truth: np.ndarray) -> dict[str, float]:
 
 def limits() -> tuple[np.ndarray, np.ndarray]:
     """Lower and upper bounds per component (float32): optimisers clamp theta into them after each step."""
-    lo = np.full(kin.N_THETA, -1e6, np.float32)
-    hi = np.full(kin.N_THETA, 1e6, np.float32)
-    lo[kin.T_GRIP], hi[kin.T_GRIP] = GRIP_RANGE
+    lo = np.full(layout.N_THETA, -1e6, np.float32)
+    hi = np.full(layout.N_THETA, 1e6, np.float32)
+    lo[layout.T_GRIP], hi[layout.T_GRIP] = GRIP_RANGE
     lo[GROUPS["albedo"]], hi[GROUPS["albedo"]] = ALBEDO_RANGE
-    lo[kin.T_SUN_ELEVATION], hi[kin.T_SUN_ELEVATION] = SUN_ELEVATION_RANGE
-    lo[kin.T_TILE_POS + 1] = TILE_LOWEST  # the tile cannot sink into the table (to hide where it is wrong)
+    lo[layout.T_SUN_ELEVATION], hi[layout.T_SUN_ELEVATION] = SUN_ELEVATION_RANGE
+    lo[layout.T_TILE_POS + 1] = TILE_LOWEST  # the tile cannot sink into the table (to hide where it is wrong)
     return lo, hi
 
 
@@ -148,7 +147,7 @@ def display(index: int, value: float) -> float:
 
 def mask(groups: list[str] | tuple[str, ...]) -> np.ndarray:
     """1.0 on the components of `groups`, 0.0 elsewhere (which components an optimiser may move)."""
-    out = np.zeros(kin.N_THETA, np.float32)
+    out = np.zeros(layout.N_THETA, np.float32)
     for name in groups:
         out[GROUPS[name]] = 1.0
     return out

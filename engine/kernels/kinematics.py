@@ -19,22 +19,13 @@ import taichi as ti
 
 from engine.kernels.raymarch import P_ALBEDO, P_BASE, P_ELBOW, P_GRIP, P_SHOULDER, P_SUN, P_TILE_POS, \
     P_TILE_ROT, P_TOOL, P_WRIST, Scene
+from engine.scene_layout import (BASE_XZ, FORE, N_THETA, SHOULDER, T_ELBOW, T_GRIP, T_LETTER, T_PAINT,  # the arm's geometry,
+                                 T_SHOULDER, T_SUN_AZIMUTH, T_SUN_ELEVATION, T_TILE, T_TILE_POS, T_TILE_TILT,  # theta's layout
+                                 T_TILE_YAW, T_WRIST, T_YAW, UPPER)
 
 vec2 = ti.math.vec2
 vec3 = ti.math.vec3
 
-# ---- the arm's fixed geometry (app.scenes.robot_arm solves its IK with the same numbers) ----
-BASE_XZ = (-0.5, -1.15)  # base axis on the floor, directly behind the fallen tile's slot
-SHOULDER = (0.0, 1.0)  # shoulder axis in the arm plane (forward, height)
-UPPER, FORE = 0.9, 0.8  # link lengths
-
-# ---- theta layout ----
-T_YAW, T_SHOULDER, T_ELBOW, T_WRIST, T_GRIP = range(5)
-T_TILE_POS = 5  # x, y, z
-T_TILE_YAW, T_TILE_TILT = 8, 9
-T_PAINT, T_TILE, T_LETTER = 10, 13, 16  # RGB each
-T_SUN_AZIMUTH, T_SUN_ELEVATION = 19, 20
-N_THETA = 21
 
 
 @ti.func

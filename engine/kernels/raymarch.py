@@ -26,6 +26,9 @@ vulkan), from measurements on this scene:
 """
 import taichi as ti
 
+from engine.scene_layout import (GLYPH, MOVING_SLOT, N_SLOTS, ROW_Z, SLOT_GLYPHS, SLOT_SPACING, SLOT_X0,  # noqa: F401
+                                 TABLE_TOP, TCP_OFFSET, TILE_HALF, TILE_ROUND, TILE_Y, WORD)  # (the scene's layout)
+
 vec2 = ti.math.vec2
 vec3 = ti.math.vec3
 
@@ -47,20 +50,7 @@ P_ALBEDO = 40  # albedos (RGB) of the arm's paint, the tiles and the letters: 3 
 P_SUN = 49  # unit direction towards the key light (3)
 N_PARAMS = 52
 
-# ---- scene constants (metres; y is up; the sign faces +z) ----
-TABLE_TOP = 0.8
-TILE_HALF = (0.18, 0.23, 0.035)
-TILE_ROUND = 0.02
-SLOT_SPACING = 0.5
-SLOT_X0 = -1.5  # x of slot 0
-ROW_Z = -0.2
-TILE_Y = TABLE_TOP + TILE_HALF[1]
-N_SLOTS = 7
-WORD = "SHANNON"
-GLYPH = {"S": 0, "H": 1, "A": 2, "N": 3, "O": 4}
-SLOT_GLYPHS = tuple(GLYPH[c] for c in WORD)
-MOVING_SLOT = 2  # the tile that fell: the A
-TCP_OFFSET = 0.26  # wrist joint to the tool centre point (between the fingertips)
+# ---- scene constants: the layout is engine.scene_layout's (imported above) ----
 
 # albedos that scene parameters may change (the others are constants of `material`)
 ALBEDO_PAINT = (0.9, 0.28, 0.025)
