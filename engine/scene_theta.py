@@ -65,18 +65,26 @@ def parse_perturb(text: str) -> dict[str, float]:
     if text == "default":
         return dict(DEFAULT_PERTURB)
     out: dict[str, float] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, _, value = item.partition("=")
-        if name not in GROUPS:
-            raise UserError(f"--perturb '{item}': unknown group '{name}' (groups: {', '.join(GROUPS)})")
-        try:
-            magnitude = float(value)
-        except ValueError:
-            raise UserError(f"--perturb '{item}': expected GROUP=NUMBER, e.g. joints=20") from None
-        if not (math.isfinite(magnitude) and magnitude >= 0.0):
+    for item, name, magnitude in _assignments(text, "--perturb", "group", GROUPS, "GROUP=NUMBER, e.g. joints=20"):
+        if magnitude < 0.0:
             raise UserError(f"--perturb '{item}': the magnitude must be a non-negative number")
         out[name] = magnitude
     return out
+
+
+def _assignments(text: str, flag: str, what: str, known, expected: str):
+    """(item, name, finite number) for each 'NAME=NUMBER' of a comma-separated flag value, or one UserError line."""
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        if name not in known:
+            raise UserError(f"{flag} '{item}': unknown {what} '{name}' ({what}s: {', '.join(known)})")
+        try:
+            number = float(value)
+        except ValueError:
+            raise UserError(f"{flag} '{item}': expected {expected}") from None
+        if not math.isfinite(number):
+            raise UserError(f"{flag} '{item}': the value must be finite")
+        yield item, name, number
 
 
 def perturb(theta: np.ndarray, magnitudes: dict[str, float], seed: int) -> np.ndarray:
@@ -125,16 +133,7 @@ def limits() -> tuple[np.ndarray, np.ndarray]:
 def parse_settings(text: str) -> dict[int, float]:
     """'yaw=10,tile_x=-0.9' -> {index: value in internal units} (angles given in degrees)."""
     out: dict[int, float] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, _, value = item.partition("=")
-        if name not in NAMES:
-            raise UserError(f"--set '{item}': unknown parameter '{name}' (parameters: {', '.join(NAMES)})")
-        try:
-            number = float(value)
-        except ValueError:
-            raise UserError(f"--set '{item}': expected NAME=NUMBER, e.g. yaw=10") from None
-        if not math.isfinite(number):
-            raise UserError(f"--set '{item}': the value must be finite")
+    for _, name, number in _assignments(text, "--set", "parameter", NAMES, "NAME=NUMBER, e.g. yaw=10"):
         index = NAMES.index(name)
         out[index] = math.radians(number) if group_of(index) in ANGLE_GROUPS else number
     return out
