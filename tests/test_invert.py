@@ -3,6 +3,7 @@ perturbations and parameter flags."""
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ from PIL import Image
 
 from engine import scene_theta
 from engine.errors import UserError
+from tests.test_batch import ROOT, TIMEOUT, assert_none_left, needs_ray, rows_of, run_batch
 
 
 def _invert(*flags: str, timeout: int = 900) -> subprocess.CompletedProcess:
@@ -96,3 +98,30 @@ def test_parameter_flags_parse_in_display_units():
     assert settings == {scene_theta.NAMES.index("yaw"): pytest.approx(np.pi / 2), scene_theta.NAMES.index("tile_x"): -0.5}
     with pytest.raises(UserError):
         scene_theta.parse_perturb("joints=-1")
+
+
+# Here rather than in test_batch.py: this file's runs have compiled the renderer at 64x32 by now (pytest runs
+# test_batch.py first), so the batch costs Ray's start and cached kernels, not a cold compile of minutes.
+def test_batch_invert_rows_and_files_equal_single_inversions(tmp_path):
+    """Two seeds through Ray, each job's invert.json equal to a single `python -m app invert` (wall time aside)."""
+    needs_ray()
+    tag = secrets.token_hex(4)
+    flags = ["--iters", "3", "--width", "64", "--height", "32", "--arch", "cpu"]
+    out = tmp_path / "batch"
+    result = run_batch(["invert", "--grid", "seed=1..2", *flags, "--cpus", "2", "--out", str(out)], tag)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = rows_of(out)
+    assert sorted(rows) == ["seed1", "seed2"] and all(row["status"] == "ok" for row in rows.values())
+    assert all(row["iterations"] == 3 and row["orders"] > 0 for row in rows.values())
+    single = tmp_path / "single"
+    done = subprocess.run([sys.executable, "-m", "app", "invert", "--seed", "2", *flags, "--out", str(single)],
+                          capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    batch_record = json.loads((out / "jobs" / "seed2" / "invert.json").read_text())
+    single_record = json.loads((single / "invert.json").read_text())
+    for record in (batch_record, single_record):
+        record.pop("wall_s")
+    assert batch_record == single_record
+    assert {"invert.json", "loss.png", "progress.gif", "frames/iter_00000.png"} <= {
+        str(p.relative_to(out / "jobs" / "seed2")) for p in (out / "jobs" / "seed2").rglob("*") if p.is_file()}
+    assert_none_left(tag)

@@ -25,6 +25,7 @@ and DIR/progress.gif. Ctrl-C stops after the current iteration and writes everyt
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -257,12 +258,27 @@ def _validate(args: argparse.Namespace) -> tuple[dict[str, float], dict[int, flo
     return perturb, settings, groups, camera
 
 
+def checked_arguments(argv: list[str]) -> tuple[argparse.Namespace, tuple]:
+    """The invert flags of `argv`, parsed and checked (one UserError line for a bad one); nothing runs."""
+    args = _parser().parse_args(argv)
+    return args, _validate(args)
+
+
+def run_in_folder(argv: list[str], out: Path) -> dict:
+    """`python -m app invert ARGV` with a rendered target, written into the existing folder `out` (a batch
+    job's temporary folder: no folder claim); returns invert.json's record."""
+    args, checked = checked_arguments(argv)
+    if args.target_image is not None:
+        raise UserError("a batch inversion renders its target: --target-image is for `python -m app invert`")
+    _invert(args, checked, None, out)
+    return json.loads((out / "invert.json").read_text())
+
+
 def main(argv: list[str]) -> int:
     """`python -m app invert ...` (see the module docstring)."""
     from engine import output_dir
 
-    args = _parser().parse_args(argv)
-    checked = _validate(args)  # every bad flag and a bad target image fail before the output folder is touched
+    args, checked = checked_arguments(argv)  # every bad flag and a bad target image fail before the folder is touched
     target_png = load_target_png(args.target_image, args.width, args.height) if args.target_image else None
     with output_dir.claim(args.out, "invert", OUTPUTS) as folder:
         return _invert(args, checked, target_png, folder.path)
