@@ -186,6 +186,13 @@ def _script(records: dict, files: dict):
         ctx.yield_(2)
         records["keys_undone"] = (state.ui_scale, state.show_shortcuts)
 
+        from app.ui.controller import MIN_RENDER_PX
+
+        def settled() -> bool:  # the full-quality frame of the view at its size now (the UI scale just changed it)
+            width, height = (max(int(side * view.res_scale), MIN_RENDER_PX) for side in view.view_px)
+            return view.image_is_full and view.image is not None and view.image.shape[:2] == (height, width)
+
+        _wait(ctx, settled, "the full-quality frame at the view's size after the UI scale changed back")
         ctx.menu_click("//##MainMenuBar/File/Save the ray-march frame...")
         _save_through_dialog(ctx, files["frame"])
         records["frame_saved"] = (view.image.shape, state.saved)
