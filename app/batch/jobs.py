@@ -110,12 +110,17 @@ def _label(settings: dict) -> str:
     return "_".join(f"{key}{value:g}" if isinstance(value, float) else f"{key}{value}" for key, value in settings.items())
 
 
+def _grid_points(grid: dict[str, list]) -> list[dict]:
+    """Every combination of the grid's values, as {key: value} ([{}] for an empty grid: one job)."""
+    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
+
+
 def fit_jobs(targets: list[str], grid: dict[str, list], base: dict, arch: str, threads: int) -> list[Job]:
     """One job per target and grid point: `base` (FIT_KEYS, None for the fit's default) with the grid's values.
 
     Named TARGET/KEY1V1_KEY2V2 (TARGET/default without a grid)."""
     labels = _target_labels(targets)
-    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
+    points = _grid_points(grid)
     return [Job("fit", f"{labels[t]}/{_label(point) or 'default'}", {"target": t, **base, **point}, arch, threads)
             for t in targets for point in points]
 
@@ -141,7 +146,7 @@ def fit_settings(job: Job) -> FitSettings:
 
 def invert_jobs(grid: dict[str, list], base: dict, arch: str, threads: int) -> list[Job]:
     """One inverse rendering per grid point: `base` (INVERT_FLAGS) with the grid's values, named KEY1V1_KEY2V2."""
-    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
+    points = _grid_points(grid)
     return [Job("invert", _label(point) or "default", {**base, **point}, arch, threads) for point in points]
 
 
