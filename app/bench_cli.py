@@ -11,9 +11,11 @@ BENCHMARKS: dict[str, str] = {  # name -> "module:function"
     "raymarch": "bench.raymarch:main",
     "gui_fps": "bench.gui_fps:main",
     "batch": "bench.batch:main",
+    "invert": "bench.invert:main",
 }
 NEEDS_DISPLAY = {"gui_fps"}  # left out of `all`, which must run on a headless GPU machine
 NEEDS_RAY = {"batch"}  # left out of `all` too: the GPU check's wheels carry no Ray (the `batch` extra)
+CPU_PEER = {"invert"}  # left out of `all` too: a CPU-only comparison (Dr.Jit LLVM), minutes of compiles and children
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     status = 0
-    for each in [each for each in BENCHMARKS if each not in NEEDS_DISPLAY | NEEDS_RAY] if args.name == "all" else [args.name]:
+    for each in [each for each in BENCHMARKS if each not in NEEDS_DISPLAY | NEEDS_RAY | CPU_PEER] if args.name == "all" else [args.name]:
         module, function = BENCHMARKS[each].split(":")
         status |= getattr(importlib.import_module(module), function)(args.flags)
     return status

@@ -40,6 +40,7 @@ SUBCOMMANDS: dict[str, str] = {  # name -> "module" (add_arguments + run) or "mo
     "render": "app.scenes.render_cli",
     "fit": "app.scenes.fit_cli",
     "batch": "app.batch.cli:main",
+    "invert": "app.scenes.invert:main",
 }
 VERBOSITY_FLAGS = {"-v": 1, "--verbose": 1, "-vv": 2, "-q": -1, "--quiet": -1, "-qq": -2}
 
@@ -209,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
     gui.add_argument("--frames", type=int, default=None, metavar="N",
                      help="run N frames once the panels show live content, then close (with --screenshot: save it)")
     gui.add_argument("--screenshot", default=None, metavar="PATH", help="save a PNG of the whole window on close")
-    gui.add_argument("--panel", default=None, metavar="NAME", help="show only this panel: raymarch, fit, parity or tape")
+    gui.add_argument("--panel", default=None, metavar="NAME", help="show only this panel: raymarch, fit, parity, tape or invert")
     gui.add_argument("--size", default="1280x800", metavar="WxH", help="window size (default 1280x800)")
     add_verbosity_arguments(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands",

@@ -189,6 +189,18 @@ def require() -> None:
         raise BackendNotStarted(NOT_STARTED)
 
 
+def taichi_program() -> object:
+    """The running Taichi program, as a key for what is kept between calls (fields, compiled scratch).
+
+    Compare it with `is` and keep the reference: `ti.reset` frees a program's fields, and the next
+    program's object can reuse the old one's address, so an `id()` kept as the key matched a new
+    program and the kept fields were used after they were freed (a segfault, seen in a process
+    running several fits with `stop()` between them)."""
+    from taichi.lang import impl
+
+    return impl.get_runtime().prog
+
+
 def stop() -> Backend | None:
     """Stop Taichi in this process (`ti.reset`) and return the backend that ran, if any.
 
@@ -203,6 +215,8 @@ def stop() -> Backend | None:
 
         import taichi as ti
 
-        gc.collect()  # unreachable ndarrays are deleted by their own program (see below)
+        # Unreachable ndarrays (in reference cycles) are deleted now, by the program that made them: a later
+        # collection ran Taichi's Ndarray.__del__ against the next program and crashed (issue 12's branch).
+        gc.collect()
         ti.reset()
     return stopped

@@ -196,19 +196,13 @@ class ChamferLoss:
             launch(fill_value, self.value, 0)
         launch(k.held_point_terms, self.x, self.held_point, self.n_vertices, 1.0 / self.n_vertices, self.terms_a,
                name="chamfer: vertex to held target point")
-        custom("chamfer: gather held source corners", self._gather_corners, self._scatter_corner_grads,
-               reads=[self.x], writes=[self.corners])
+        launch(k.gather_corners, self.x, self.faces, self.held_face, self.n_samples, self.corners, self.ref_start,
+               self.slots, name="chamfer: gather held source corners")  # its adjoint scatters in a fixed order
         launch(k.held_face_terms, self.samples, self.corners, self.held_bary, self.n_samples, 1.0 / self.n_samples,
                self.terms_b, name="chamfer: sample to held source triangle")
         for terms, partial in ((self.terms_a, self.partial_a), (self.terms_b, self.partial_b)):
             launch(k.block_sums, terms, partial, name="chamfer: block sums")
             launch(k.serial_total, partial, self.value, name="chamfer: total")
-
-    def _gather_corners(self) -> None:
-        launch(k.gather_corners, self.x, self.faces, self.held_face, self.n_samples, self.corners)
-
-    def _scatter_corner_grads(self) -> None:
-        launch(k.scatter_sorted, self.ref_start, self.slots, self.corners.grad, self.x.grad)
 
     def misses(self) -> int:
         """Queries without an answer since the BVHs were built (both directions)."""

@@ -29,6 +29,11 @@ REGISTRY: dict[str, str] = {
     "dispatch_echo": "engine.dispatch_echo:run_dispatch_echo",
     "closest_point": "engine.triangle_bvh:run_closest_point",
     "bvh_refit_vs_rebuild": "engine.triangle_bvh:run_refit_vs_rebuild",
+    "render_gradient": "engine.diff_render:run_render_gradient",
+    "render_gradcheck": "engine.diff_render:run_render_gradcheck",
+    "adjoint_checks": "engine.adjoint_checks:run_adjoint_checks",
+    "soft_min_stability": "engine.adjoint_checks:run_soft_min_stability",
+    "kinematics_check": "engine.adjoint_checks:run_kinematics_check",
 }
 
 

@@ -573,12 +573,16 @@ class LaunchSequence:
         `.name`). Replaying it does what the recorded forward and `tape.backward()` launched,
         with the same arguments; seeding and zeroing gradients stay the caller's (as for
         `tape.backward(None)`), and so do hazard checks (done when the tape recorded).
-        Custom steps keep no forward, so a tape holding one is refused.
+        A kernel's declared custom adjoint (`entry.adjoint`) replaces its `.grad` when it is a
+        kernel. Custom steps keep no forward, and Python-function adjoints launch kernels of
+        their own, so a tape holding either is refused.
         """
-        custom = [entry.name for entry in entries if entry.kernel is None]
+        custom = [entry.name for entry in entries if entry.kernel is None
+                  or (getattr(entry, "adjoint", None) is not None and not hasattr(entry.adjoint, "_primal"))]
         if custom:
             raise ValueError(f"custom steps cannot be replayed as a launch sequence: {', '.join(custom)}")
         launches = [bind(entry.kernel, *entry.args, name=entry.name) for entry in entries] if forward else []
         if backward:
-            launches += [bind(entry.kernel.grad, *entry.args, name=f"{entry.name}.grad") for entry in reversed(entries)]
+            launches += [bind(getattr(entry, "adjoint", None) or entry.kernel.grad, *entry.args,
+                              name=f"{entry.name}.grad") for entry in reversed(entries)]
         return cls(launches)

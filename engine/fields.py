@@ -7,6 +7,11 @@ backend. To keep several independent problems in one process (the GUI runs a fit
 beside a ray march) every problem owns a `FieldGroup`: one SNode tree, destroyed
 as a whole. Kernels take fields as `ti.template()` arguments, so one kernel source
 serves every group (Taichi instantiates it once per distinct field set).
+
+On Vulkan a group (one SNode tree, one storage buffer) holds at most VULKAN_MAX_BYTES: the
+spec's guaranteed `maxStorageBufferRange`, and lavapipe's. Beyond it lavapipe does not fail:
+measured, a write to the differentiable renderer's last fields (a 200 MB group) landed on one of
+its first ones (the camera's pixel size), silently. `finalize` refuses such a group; split it.
 """
 from __future__ import annotations
 
@@ -16,8 +21,10 @@ import numpy as np
 import taichi as ti
 
 from engine import backend
+from engine.errors import UserError
 
 _TAICHI_DTYPES = {np.dtype(np.float32): ti.f32, np.dtype(np.float64): ti.f64}
+VULKAN_MAX_BYTES = 2 ** 27  # 128 MiB (see the module docstring)
 
 
 def taichi_float(dtype: np.dtype) -> Any:
@@ -38,6 +45,7 @@ class FieldGroup:
         backend.require()  # Taichi's own failure here is a C++ assertion about its program
         self._builder = ti.FieldsBuilder()
         self._tree: Any = None
+        self.nbytes = 0  # what the declared fields (and their gradients) take
 
     def _place(self, field: Any, shape: tuple[int, ...], needs_grad: bool) -> Any:
         if self._tree is not None:
@@ -46,7 +54,13 @@ class FieldGroup:
             raise ValueError(f"field shape {shape} must be positive")
         parent = self._builder.dense(ti.axes(*range(len(shape))), shape) if shape else self._builder
         parent.place(field, field.grad) if needs_grad else parent.place(field)
+        self.nbytes += int(np.prod(shape, dtype=np.int64)) * self._item_bytes(field) * (2 if needs_grad else 1)
         return field
+
+    @staticmethod
+    def _item_bytes(field: Any) -> int:
+        lanes = getattr(field, "n", 1) * getattr(field, "m", 1)
+        return lanes * (8 if field.dtype in (ti.f64, ti.i64, ti.u64) else 4)
 
     def field(self, dtype: Any, shape: tuple[int, ...] = (), needs_grad: bool = False) -> Any:
         return self._place(ti.field(dtype, needs_grad=needs_grad), shape, needs_grad)
@@ -55,6 +69,10 @@ class FieldGroup:
         return self._place(ti.Vector.field(n, dtype, needs_grad=needs_grad), shape, needs_grad)
 
     def finalize(self) -> "FieldGroup":
+        if self.nbytes > VULKAN_MAX_BYTES and ti.lang.impl.current_cfg().arch == ti.vulkan:
+            raise UserError(f"a field group of {self.nbytes / 2 ** 20:.1f} MiB is more than one Vulkan storage buffer "
+                            f"is guaranteed to hold ({VULKAN_MAX_BYTES // 2 ** 20} MiB): split it, or use a smaller "
+                            f"size")
         self._tree = self._builder.finalize()
         return self
 

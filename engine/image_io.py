@@ -23,6 +23,18 @@ def srgb8(linear: np.ndarray) -> np.ndarray:
     return (encoded * 255.0 + 0.5).astype(np.uint8)
 
 
+def linear_from_srgb8(pixels: np.ndarray) -> np.ndarray:
+    """sRGB-encoded uint8 -> linear RGB in [0, 1] float32 (the inverse of `srgb8`, up to its rounding)."""
+    x = np.asarray(pixels, np.float64) / 255.0
+    return np.where(x <= 0.04045, x / 12.92, ((x + 0.055) / 1.055) ** 2.4).astype(np.float32)
+
+
+def read_png_rgb(path: str | os.PathLike) -> np.ndarray:
+    """An image file as uint8 RGB (H, W, 3); OSError or ValueError when it is not a readable image."""
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB"))
+
+
 def _png_bytes(pixels: np.ndarray, text: dict[str, str] | None = None) -> bytes:
     buffer = io.BytesIO()
     info = None

@@ -63,19 +63,31 @@ class SceneParams:
     grip: float  # lateral offset of each finger from the tool axis
     tile_pos: np.ndarray  # centre of the moving tile (3)
     tile_rot: np.ndarray  # tile -> world rotation (3x3)
+    albedos: tuple = (rk.ALBEDO_PAINT, rk.ALBEDO_TILE, rk.ALBEDO_LETTER)  # RGB of the arm's paint, tiles, letters
+    sun: tuple = rk.KEY_DIR  # direction towards the key light
     extra: dict = field(default_factory=dict)  # host-side extras (joint angles, tool frame) for tests and UI
 
 
-def pack(scene: SceneParams, camera: Camera, width: int, height: int) -> np.ndarray:
-    """The kernel's parameter array for one frame (layout `engine.kernels.raymarch.P_*`)."""
-    prm = np.zeros(rk.N_PARAMS, np.float64)
+def camera_params(camera: Camera, width: int, height: int) -> np.ndarray:
+    """Camera position, right and up axes (scaled by the half field of view), forward axis, and the
+    angular size of one pixel: float64 (13,), the `P_CAM_*` slots followed by `P_PIXEL`'s value."""
     right, up, forward = camera.basis()
     tan_half = math.tan(math.radians(camera.fov_y) / 2.0)
-    aspect = width / height
-    prm[rk.P_CAM_POS:rk.P_CAM_POS + 3] = camera.position()
-    prm[rk.P_CAM_RIGHT:rk.P_CAM_RIGHT + 3] = right * tan_half * aspect
-    prm[rk.P_CAM_UP:rk.P_CAM_UP + 3] = up * tan_half
-    prm[rk.P_CAM_FWD:rk.P_CAM_FWD + 3] = forward
+    return np.concatenate([camera.position(), right * tan_half * width / height, up * tan_half, forward,
+                           [2.0 * tan_half / height]])
+
+
+def pack(scene: SceneParams, camera: Camera, width: int, height: int) -> np.ndarray:
+    """The kernel's parameter array for one frame (layout `engine.kernels.raymarch.P_*`), float32."""
+    return pack64(scene, camera, width, height).astype(np.float32)
+
+
+def pack64(scene: SceneParams, camera: Camera, width: int, height: int) -> np.ndarray:
+    """`pack` before its rounding to float32 (float64 (N_PARAMS,)): the host reference of the device kinematics."""
+    prm = np.zeros(rk.N_PARAMS, np.float64)
+    cam = camera_params(camera, width, height)
+    prm[rk.P_CAM_POS:rk.P_CAM_FWD + 3] = cam[:12]
+    prm[rk.P_PIXEL] = cam[12]
     prm[rk.P_BASE:rk.P_BASE + 4] = (*scene.base_xz, math.cos(scene.yaw), math.sin(scene.yaw))
     prm[rk.P_SHOULDER:rk.P_SHOULDER + 2] = scene.shoulder
     prm[rk.P_ELBOW:rk.P_ELBOW + 2] = scene.elbow
@@ -84,8 +96,9 @@ def pack(scene: SceneParams, camera: Camera, width: int, height: int) -> np.ndar
     prm[rk.P_GRIP] = scene.grip
     prm[rk.P_TILE_POS:rk.P_TILE_POS + 3] = scene.tile_pos
     prm[rk.P_TILE_ROT:rk.P_TILE_ROT + 9] = np.asarray(scene.tile_rot).T.reshape(9)  # world -> tile
-    prm[rk.P_PIXEL] = 2.0 * tan_half / height
-    return prm.astype(np.float32)
+    prm[rk.P_ALBEDO:rk.P_ALBEDO + 9] = np.asarray(scene.albedos, np.float64).reshape(9)
+    prm[rk.P_SUN:rk.P_SUN + 3] = scene.sun
+    return prm
 
 
 def check_size(width: int, height: int, budget_bytes: int | None = None) -> None:

@@ -15,6 +15,7 @@ if [[ "$(id -u)" != "0" ]]; then SUDO="sudo"; fi
 # Vulkan on the CPU (Mesa lavapipe) is the second backend without a GPU; Xvfb and
 # Mesa GL/EGL run the desktop app and its tests without a screen.
 DEBS=(mesa-vulkan-drivers libvulkan1 vulkan-tools xvfb xauth libgl1 libegl1 libgl1-mesa-dri libglx-mesa0 libegl-mesa0)
+DEBS+=(libllvm19)  # Dr.Jit's LLVM backend (`bench invert` peer): Debian 12's default LLVM 15 aborts on its kernels
 PY="$(command -v python3.11 || command -v python3.12 || command -v python3.10 || command -v python3)"
 if ! "$PY" -c 'import sys; assert (3, 10) <= sys.version_info[:2] <= (3, 12)' 2>/dev/null; then
   echo "error: Python 3.10, 3.11 or 3.12 is required (found $("$PY" --version 2>&1))" >&2; exit 2

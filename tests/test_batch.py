@@ -137,12 +137,24 @@ def test_without_ray_one_line_and_exit_2():
     assert result.stderr == 'error: python -m app batch needs Ray: pip install ".[batch]" (from the project folder)\n'
 
 
-def test_batch_invert_says_what_it_waits_for(capsys):
+def test_invert_jobs_are_the_invert_command_flags():
+    grid = job_specs.parse_grid(["seed=1..2", "t=0.1"], job_specs.INVERT_KEYS)
+    jobs = job_specs.invert_jobs(grid, {"iters": 3, "width": 64, "height": 32, "lr": None}, "cpu", 1)
+    assert [job.name for job in jobs] == ["seed1_t0.1", "seed2_t0.1"]
+    assert job_specs.invert_argv(jobs[1].settings, "cpu", "o") == [
+        "--seed", "2", "--t", "0.1", "--iters", "3", "--width", "64", "--height", "32", "--arch", "cpu", "--out", "o"]
+    with pytest.raises(UserError, match="KEY one of seed, t, iters, lr"):
+        job_specs.parse_grid(["subdiv=1"], job_specs.INVERT_KEYS)
+
+
+@pytest.mark.parametrize("flags, words", [(["--grid", "seed=1", "--t", "2"], "--t 2.0 is outside the timeline"),
+                                          (["--perturb", "elbows=3"], "unknown group 'elbows'")])
+def test_batch_invert_checks_its_flags_as_invert_does(flags, words, capsys, tmp_path):
     from app.cli import main
 
-    assert main(["batch", "invert"]) == 2
+    assert main(["batch", "invert", *flags, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: batch invert needs `python -m app invert`") and err.count("\n") == 1
+    assert words in err and err.count("\n") == 1 and not (tmp_path / "o").exists()
 
 
 # ---- real batches -------------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 One window session (module fixture) runs a script the way a person would use the app:
 wait for live content, Step the fit three times, wait for the live gradient comparison of
 iteration 3 and take the golden screenshot, resize the window to 1024x640 and take the second
-golden, Start and Pause (and wait for the comparison to catch up), run to a set iteration count
-and Continue past it, Reset, move the timeline, orbit, pan, zoom and reset the ray-march view,
-Play and Pause, use the keyboard shortcuts, save the frame and a screenshot through the File
+golden, Step the inverse render, Start and Pause (and wait for the comparison to catch up), run to a
+set iteration count and Continue past it, Reset, move the timeline, orbit, pan, zoom and reset the
+ray-march view, Play and Pause, use the keyboard shortcuts, save the frame and a screenshot through the File
 menu and the file dialog, export the mesh, open a mesh file through the file dialog, open a
 file that is not a mesh and dismiss the error. The script records what the state said after
 each action; the tests below check those records, one behaviour each. The primary backend is
@@ -45,6 +45,7 @@ needs_display = pytest.mark.skipif(not (os.environ.get("DISPLAY") or os.environ.
                                    reason="GUI tests need a display: run under xvfb-run (scripts/test.sh does)")
 
 TETRA_OBJ = "v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 3 2\nf 1 2 4\nf 1 4 3\nf 2 3 4\n"
+
 
 
 def _wait(ctx, condition, what: str, timeout_s: float = WAIT_S) -> None:
@@ -108,6 +109,15 @@ def _script(records: dict, files: dict):
                 records["small_view_px"] = view.view_px
                 capture_golden(ctx, state, size, "app_1024x640.png")
 
+        inverse = state.invert
+        records["invert_warm"] = (inverse.ready, inverse.iteration, len(inverse.names), inverse.image is not None,
+                                  inverse.errors.get("joints", 0.0))
+        ctx.set_ref("Inverse render")
+        ctx.item_click("**/Step##invert")
+        _wait(ctx, lambda: inverse.iteration == 1, "one inverse-render iteration after Step")
+        records["invert_step"] = (inverse.iteration, list(inverse.losses), inverse.image_version)
+
+        ctx.set_ref("Shape fit")
         ctx.item_click("**/Start")
         _wait(ctx, lambda: fit.iteration >= 8, "the running fit to reach iteration 8")
         records["running"] = fit.running
@@ -176,6 +186,13 @@ def _script(records: dict, files: dict):
         ctx.yield_(2)
         records["keys_undone"] = (state.ui_scale, state.show_shortcuts)
 
+        from app.ui.controller import MIN_RENDER_PX
+
+        def settled() -> bool:  # the full-quality frame of the view at its size now (the UI scale just changed it)
+            width, height = (max(int(side * view.res_scale), MIN_RENDER_PX) for side in view.view_px)
+            return view.image_is_full and view.image is not None and view.image.shape[:2] == (height, width)
+
+        _wait(ctx, settled, "the full-quality frame at the view's size after the UI scale changed back")
         ctx.menu_click("//##MainMenuBar/File/Save the ray-march frame...")
         _save_through_dialog(ctx, files["frame"])
         records["frame_saved"] = (view.image.shape, state.saved)
@@ -254,6 +271,14 @@ def test_step_runs_one_iteration_and_fills_the_tape(session):
     assert iteration == 3 and len(losses) == 3
     assert losses[2] < losses[0]  # the fit descends
     assert tape and all(isinstance(name, str) and name for name in tape)
+
+
+@needs_display
+def test_inverse_render_panel_is_live_and_steps(session):
+    ready, iteration, n_params, has_image, joints_off = session[0]["invert_warm"]
+    assert ready and iteration == 0 and n_params == 10 and has_image and joints_off >= 15.0
+    iteration, losses, _ = session[0]["invert_step"]
+    assert iteration == 1 and len(losses) == 1 and losses[0] > 0.0
 
 
 @needs_display
@@ -491,7 +516,7 @@ def test_cli_does_not_import_imgui():
 def test_ui_process_does_not_import_taichi():
     # a kernel launched in the UI process would freeze the window (Taichi holds the GIL): see app.ui.links
     code = ("import app.ui.app, app.ui.controller, app.ui.gl, app.ui.menus, app.ui.layout\n"
-            "from app.ui.panels import file_dialog, parity_panel as parity, raymarch_panel as raymarch, fit_panel as shape_fit, status_panel as status, tape_panel as tape")
+            "from app.ui.panels import file_dialog, invert_panel as invert, parity_panel as parity, raymarch_panel as raymarch, fit_panel as shape_fit, status_panel as status, tape_panel as tape")
     assert _modules_loaded(code, ("imgui_bundle", "taichi")) == [True, False]
 
 

@@ -1,7 +1,9 @@
-"""`python -m app batch fit|render ...`: a folder of fits, a sweep of settings or a long render as one command.
+"""`python -m app batch fit|render|invert ...`: a folder of fits, a sweep of settings, a long render or many
+inverse renderings as one command.
 
     python -m app batch fit --targets meshes/ --grid lr=0.01,0.03 seed=0..3 --out out/sweep [--report]
     python -m app batch render --t 0:1:240 --orbit --width 512 --height 256 --out out/orbit
+    python -m app batch invert --grid seed=1..4 t=0.1,0.5 --out out/recoveries
     python -m app batch fit ... --address HEAD:6379       # on a Ray cluster (or RAY_ADDRESS=HEAD:6379)
 
 Each job is one Ray task (app.batch.ray_session); without --address an embedded Ray runs on this
@@ -77,8 +79,16 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument("--azimuth", type=float, default=None)
     render.add_argument("--elevation", type=float, default=None)
     render.add_argument("--distance", type=float, default=None)
-    kinds.add_parser("invert", help="not available yet: needs inverse rendering (`python -m app invert`)")
-    for kind in (fit, render):
+    invert = kinds.add_parser("invert", parents=[common], help="inverse renderings: a grid of seeds, times, settings",
+                              description="One `python -m app invert` (a rendered target) per grid point.")
+    invert.add_argument("--grid", nargs="+", default=[], metavar="KEY=V1,V2",
+                        help=f"settings to sweep: {', '.join(job_specs.INVERT_KEYS)}; integers also as a..b (seed=1..4)")
+    flags = invert.add_argument_group("invert settings", "as for `python -m app invert` (its defaults); --grid "
+                                                         "overrides them")
+    for flag in job_specs.INVERT_FLAGS:
+        flags.add_argument(f"--{flag}", type=job_specs.INVERT_KEYS.get(flag, int if flag in ("width", "height") else str),
+                           default=None)
+    for kind in (fit, render, invert):
         add_verbosity_arguments(kind, default=argparse.SUPPRESS)
     return parser
 
@@ -119,6 +129,18 @@ def _render_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
                                  args.cpus_per_task)
 
 
+def _invert_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
+    from app.scenes.invert import checked_arguments
+
+    grid = job_specs.parse_grid(args.grid, job_specs.INVERT_KEYS)
+    base = {key: getattr(args, key) for key in job_specs.INVERT_FLAGS}
+    jobs = job_specs.invert_jobs(grid, base, arch, args.cpus_per_task)
+    for job in jobs:  # as `invert` checks its flags, before anything starts
+        checked_arguments(job_specs.invert_argv(job.settings, arch, "-"))
+    args.grid_values = grid
+    return jobs
+
+
 def _lock(out: Path) -> TextIO:
     """Hold OUT/.batch.lock for this run: a second batch into the same folder is refused."""
     try:
@@ -142,9 +164,6 @@ def _lock(out: Path) -> TextIO:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    if args.kind == "invert":
-        raise UserError("batch invert needs `python -m app invert` (inverse rendering, issue 11), "
-                        "which is not in this build yet")
     try:  # Ray is the optional `batch` extra: imported here, by this command only
         from app.batch import ray_session  # noqa: F401
     except ImportError as exc:
@@ -162,7 +181,7 @@ def main(argv: list[str]) -> int:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a folder")
     arch = requested_arch(args.arch)
-    jobs = _fit_jobs(args, arch) if args.kind == "fit" else _render_jobs(args, arch)
+    jobs = {"fit": _fit_jobs, "render": _render_jobs, "invert": _invert_jobs}[args.kind](args, arch)
     lock = _lock(out)
     try:
         return _run(args, argv, out, jobs)

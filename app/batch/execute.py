@@ -36,7 +36,7 @@ import time
 import traceback
 from pathlib import Path
 
-from app.batch.jobs import Job, fit_settings, frame_path
+from app.batch.jobs import Job, fit_settings, frame_path, invert_argv
 from engine.errors import UserError
 
 _worker_arch: str | None = None  # the arch this worker process runs: the first job's
@@ -117,6 +117,16 @@ def render_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:
     return {"status": "ok", "frames": len(settings["frames"])}, [frame_path(index) for index, _, _ in settings["frames"]]
 
 
-RUNNERS = {"fit": fit_runner, "render": render_runner}  # kind -> runner(job, folder) -> (row figures, output files)
-# `batch invert` plugs in here: an `invert_runner(job, folder)` running `python -m app invert`'s code
-# (issue 11) into `folder`, plus its jobs in app.batch.jobs and its flags in app.batch.cli.
+def invert_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:
+    """`python -m app invert`'s run on the job's flags, into `folder`: the row's figures from invert.json, and
+    every file it wrote (invert.json, loss.png/.svg, progress.gif, frames/)."""
+    from app.scenes.invert import run_in_folder
+
+    record = run_in_folder(invert_argv(job.settings, job.arch, folder), folder)
+    errors = record["errors"]["final"]
+    row = {"status": "ok", "orders": record["image_loss"]["orders"], "final_loss": record["image_loss"]["final"],
+           "joints_deg": errors["joints"], "letter": errors["letter"], "iterations": record["iterations"]}
+    return row, sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+
+
+RUNNERS = {"fit": fit_runner, "render": render_runner, "invert": invert_runner}  # kind -> runner(job, folder)

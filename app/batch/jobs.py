@@ -5,11 +5,13 @@
     jobs = fit_jobs(targets, grid, base={"subdiv": 3, ...}, arch="cpu", threads=1)
     jobs[0].name, fit_argv(jobs[0].settings, "cpu", "out/x")  # "spot/lr0.01_seed0", the `fit` flags
     fit_settings(jobs[0]).validate()                        # what `fit` would run with those flags
+    jobs = invert_jobs(parse_grid(["seed=1..4"], INVERT_KEYS), base={"t": 0.1, ...}, arch="cpu", threads=1)
     frames = parse_timeline("0:1:240")                      # 240 times from 0 to 1
     jobs = render_jobs(frames, orbit=True, camera=..., size=(512, 256), per_task=8, arch="cpu", threads=1)
 
-A fit job's settings are exactly the flags of a single `python -m app fit` (`fit_argv`), so a batch
-job and the single command run the same code on the same settings and write the same files.
+A fit job's settings are exactly the flags of a single `python -m app fit` (`fit_argv`), and an invert
+job's those of `python -m app invert` (`invert_argv`), so a batch job and the single command run the
+same code on the same settings and write the same files.
 """
 from __future__ import annotations
 
@@ -26,20 +28,21 @@ from engine.mesh_io import FORMATS
 
 FIT_KEYS = {"subdiv": int, "iters": int, "lr": float, "smooth": float, "smooth_end": float, "samples": int,
             "seed": int}  # every setting of a fit job, as the `fit` flag of the same name (smooth_end: --smooth-end)
+INVERT_KEYS = {"seed": int, "t": float, "iters": int, "lr": float}  # what `batch invert --grid` sweeps
+INVERT_FLAGS = (*INVERT_KEYS, "width", "height", "perturb")  # an invert job's settings: `invert` flags of these names
 
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # "fit" or "render"
+    kind: str  # "fit", "render" or "invert"
     name: str  # unique in the batch; also its folder under OUT/jobs/
-    settings: dict = field(default_factory=dict)  # fit: FIT_KEYS + "target"; render: size, camera, frames
+    settings: dict = field(default_factory=dict)  # fit: FIT_KEYS + "target"; render: size, camera, frames; invert: INVERT_FLAGS
     arch: str = "auto"  # the backend asked for (as --arch)
     threads: int = 1  # the task's num_cpus, and Taichi's CPU threads in it
 
 
-def _number(key: str, text: str) -> list:
+def _number(key: str, text: str, kind: type) -> list:
     """One grid value, or an inclusive integer range `a..b`, converted to the setting's type."""
-    kind = FIT_KEYS[key]
     try:
         if ".." in text:
             lo, hi = (int(part) for part in text.split(".."))
@@ -54,17 +57,19 @@ def _number(key: str, text: str) -> list:
     return [value]
 
 
-def parse_grid(items: list[str]) -> dict[str, list]:
-    """`["lr=0.01,0.03", "seed=0..3"]` -> {"lr": [0.01, 0.03], "seed": [0, 1, 2, 3]}, in the order given."""
+def parse_grid(items: list[str], keys: dict[str, type] = FIT_KEYS) -> dict[str, list]:
+    """`["lr=0.01,0.03", "seed=0..3"]` -> {"lr": [0.01, 0.03], "seed": [0, 1, 2, 3]}, in the order given.
+
+    `keys`: the settings a grid may sweep, with their types (FIT_KEYS, INVERT_KEYS)."""
     grid: dict[str, list] = {}
     for item in items:
         key, _, values = item.partition("=")
         key = key.strip().replace("-", "_")
-        if key not in FIT_KEYS or not values.strip():
-            raise UserError(f"--grid '{item}': expected KEY=V1,V2,... with KEY one of {', '.join(FIT_KEYS)}")
+        if key not in keys or not values.strip():
+            raise UserError(f"--grid '{item}': expected KEY=V1,V2,... with KEY one of {', '.join(keys)}")
         if key in grid:
             raise UserError(f"--grid gives {key} twice")
-        grid[key] = [v for text in values.split(",") for v in _number(key, text.strip())]
+        grid[key] = [v for text in values.split(",") for v in _number(key, text.strip(), keys[key])]
         if len(set(grid[key])) != len(grid[key]):
             raise UserError(f"--grid {key}: a value repeats")
     return grid
@@ -105,12 +110,17 @@ def _label(settings: dict) -> str:
     return "_".join(f"{key}{value:g}" if isinstance(value, float) else f"{key}{value}" for key, value in settings.items())
 
 
+def _grid_points(grid: dict[str, list]) -> list[dict]:
+    """Every combination of the grid's values, as {key: value} ([{}] for an empty grid: one job)."""
+    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
+
+
 def fit_jobs(targets: list[str], grid: dict[str, list], base: dict, arch: str, threads: int) -> list[Job]:
     """One job per target and grid point: `base` (FIT_KEYS, None for the fit's default) with the grid's values.
 
     Named TARGET/KEY1V1_KEY2V2 (TARGET/default without a grid)."""
     labels = _target_labels(targets)
-    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
+    points = _grid_points(grid)
     return [Job("fit", f"{labels[t]}/{_label(point) or 'default'}", {"target": t, **base, **point}, arch, threads)
             for t in targets for point in points]
 
@@ -132,6 +142,19 @@ def fit_settings(job: Job) -> FitSettings:
     parser = OneLineParser(prog="python -m app fit")
     fit_cli.add_arguments(parser)
     return fit_cli.settings_from(parser.parse_args(fit_argv(job.settings, job.arch, "-")))
+
+
+def invert_jobs(grid: dict[str, list], base: dict, arch: str, threads: int) -> list[Job]:
+    """One inverse rendering per grid point: `base` (INVERT_FLAGS) with the grid's values, named KEY1V1_KEY2V2."""
+    points = _grid_points(grid)
+    return [Job("invert", _label(point) or "default", {**base, **point}, arch, threads) for point in points]
+
+
+def invert_argv(settings: dict, arch: str, out: str | Path) -> list[str]:
+    """The `python -m app invert` flags of an invert job's settings."""
+    argv = [item for key in INVERT_FLAGS if settings.get(key) is not None
+            for item in (f"--{key}", str(settings[key]))]
+    return [*argv, "--arch", arch, "--out", str(out)]
 
 
 def parse_timeline(text: str) -> list[float]:

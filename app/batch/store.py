@@ -1,6 +1,7 @@
 """A batch's files: job folders written whole or not at all, what a rerun can skip, and the table.
 
     OUT/jobs/<job name>/      a fit job: fit.json, final.obj, loss.png (what `fit` writes) and job.json (its row)
+    OUT/jobs/<job name>/      an invert job: invert.json, loss.png, progress.gif, frames/ (what `invert` writes), job.json
     OUT/frames/frame_NNNN.png a render job's frames (what `render --frames` writes); its row in OUT/jobs/<name>/job.json
     OUT/logs/<job>.txt        the traceback of a job that failed inside our code (its row names the file)
     OUT/batch.csv             one row per job: settings, status, figures, wall time, node, pid, backend, error
@@ -20,7 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
-from app.batch.jobs import FIT_KEYS, Job, fit_argv, frame_path
+from app.batch.jobs import FIT_KEYS, INVERT_KEYS, Job, fit_argv, frame_path, invert_argv
 from engine import atomic
 from engine.errors import UserError
 
@@ -31,6 +32,8 @@ COLUMNS = {
             "iterations", "wall_s", "node", "pid", "backend", "error", "resumed", "folder", "command"],
     "render": ["job", "frames", "t_first", "t_last", "status", "wall_s", "node", "pid", "backend", "error",
                "resumed", "folder"],
+    "invert": ["job", *INVERT_KEYS, "status", "orders", "final_loss", "joints_deg", "letter", "iterations", "wall_s",
+               "node", "pid", "backend", "error", "resumed", "folder", "command"],
 }
 
 
@@ -82,6 +85,9 @@ def save(out: Path, job: Job, result: dict) -> dict:
     if job.kind == "fit":  # the job's settings, where the run did not report the values it used
         row = {"target": job.settings["target"], **{k: job.settings.get(k) for k in FIT_KEYS},
                "command": "python -m app fit " + " ".join(fit_argv(job.settings, job.arch, job_folder(out, job)))}
+    elif job.kind == "invert":
+        row = {**{k: job.settings.get(k) for k in INVERT_KEYS},
+               "command": "python -m app invert " + " ".join(invert_argv(job.settings, job.arch, job_folder(out, job)))}
     else:
         times = [t for _, t, _ in job.settings["frames"]]
         row = {"frames": len(times), "t_first": times[0], "t_last": times[-1]}

@@ -13,4 +13,7 @@ CLAIMS: dict[str, str] = {
     "real_mesh_fit": "app.claims.real_mesh_fit",
     "launch_overhead": "app.claims.launch_overhead",
     "raymarch_parity": "app.claims.raymarch_parity",
+    "render_gradcheck": "app.claims.render_gradcheck",
+    "render_grad_parity": "app.claims.render_grad_parity",
+    "pose_recovery": "app.claims.pose_recovery",
 }

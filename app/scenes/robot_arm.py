@@ -20,26 +20,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.kernels import raymarch as rk
+from engine import scene_layout as layout
 from engine.render import Camera, SceneParams
 
 __all__ = ["Camera", "SceneParams", "scene_at", "Pose", "solve_ik", "forward_kinematics",
-           "tool_frame", "slot_center", "FALLEN_CENTER", "GRIP_T", "RELEASE_T", "KEYFRAMES", "MOVING_SLOT"]
+           "tool_frame", "slot_center", "FALLEN_CENTER", "GRIP_T", "RELEASE_T", "KEYFRAMES", "MOVING_SLOT",
+           "theta_at", "theta_from_scene", "scene_from_theta"]
 
-BASE_XZ = (-0.5, -1.15)  # directly behind the fallen tile's slot
-SHOULDER = np.array([0.0, 1.0])  # shoulder axis in the arm plane (forward, height)
-UPPER, FORE = 0.9, 0.8  # link lengths
-TCP = rk.TCP_OFFSET
+BASE_XZ = layout.BASE_XZ  # directly behind the fallen tile's slot
+SHOULDER = np.array(layout.SHOULDER)  # shoulder axis in the arm plane (forward, height)
+UPPER, FORE = layout.UPPER, layout.FORE  # link lengths
+TCP = layout.TCP_OFFSET
 GRIP_OPEN = 0.26
-GRIP_CLOSED = rk.TILE_HALF[0] + 0.009 + 0.004 + 0.003  # finger half-thickness + rounding + squeeze gap
-MOVING_SLOT = rk.MOVING_SLOT
+GRIP_CLOSED = layout.TILE_HALF[0] + 0.009 + 0.004 + 0.003  # finger half-thickness + rounding + squeeze gap
+MOVING_SLOT = layout.MOVING_SLOT
 
 
 def slot_center(i: int) -> np.ndarray:
-    return np.array([rk.SLOT_X0 + rk.SLOT_SPACING * i, rk.TILE_Y, rk.ROW_Z])
+    return np.array([layout.SLOT_X0 + layout.SLOT_SPACING * i, layout.TILE_Y, layout.ROW_Z])
 
 
-FALLEN_CENTER = np.array([slot_center(MOVING_SLOT)[0] + 0.1, rk.TABLE_TOP + rk.TILE_HALF[2], 0.15])
+FALLEN_CENTER = np.array([slot_center(MOVING_SLOT)[0] + 0.1, layout.TABLE_TOP + layout.TILE_HALF[2], 0.15])
 
 
 def _yaw_to(point: np.ndarray) -> float:
@@ -176,6 +177,48 @@ def scene_at(t: float) -> SceneParams:
         base_xz=BASE_XZ, yaw=angles["yaw"], shoulder=fk["shoulder"], elbow=fk["elbow"], wrist=fk["wrist"],
         tool_pitch=fk["pitch"], grip=grip, tile_pos=tile_pos, tile_rot=tile_rot,
         extra={"angles": angles, "tcp": fk["tcp"], "tool_frame": frame},
+    )
+
+
+def theta_from_scene(scene: SceneParams) -> np.ndarray:
+    """The scene parameters theta (layout engine.scene_layout.T_*) of a frame made by `scene_at`."""
+    theta = np.zeros(layout.N_THETA, np.float64)
+    angles = scene.extra["angles"]
+    theta[[layout.T_YAW, layout.T_SHOULDER, layout.T_ELBOW, layout.T_WRIST]] = [angles[k] for k in ("yaw", "shoulder", "elbow",
+                                                                                         "wrist")]
+    theta[layout.T_GRIP] = scene.grip
+    theta[layout.T_TILE_POS:layout.T_TILE_POS + 3] = scene.tile_pos
+    rot = np.asarray(scene.tile_rot)  # rot_y(yaw) @ rot_x(tilt), whatever the timeline did to the tile
+    theta[layout.T_TILE_YAW] = math.atan2(-rot[2, 0], rot[0, 0])
+    theta[layout.T_TILE_TILT] = math.atan2(-rot[1, 2], rot[1, 1])
+    theta[layout.T_PAINT:layout.T_LETTER + 3] = np.asarray(scene.albedos, np.float64).reshape(9)
+    sun = np.asarray(scene.sun, np.float64) / np.linalg.norm(scene.sun)
+    theta[layout.T_SUN_AZIMUTH] = math.atan2(sun[0], sun[2])
+    theta[layout.T_SUN_ELEVATION] = math.asin(sun[1])
+    return theta
+
+
+def theta_at(t: float) -> np.ndarray:
+    """theta of the timeline's frame at t (the target of inverse rendering)."""
+    return theta_from_scene(scene_at(t))
+
+
+def scene_from_theta(theta: np.ndarray) -> SceneParams:
+    """The frame theta describes, with its kinematics on the host (what the forward renderer draws):
+    the device's `engine.kernels.kinematics.scene_from_theta` computes the same in float32."""
+    theta = np.asarray(theta, np.float64)
+    angles = {"yaw": theta[layout.T_YAW], "shoulder": theta[layout.T_SHOULDER], "elbow": theta[layout.T_ELBOW],
+              "wrist": theta[layout.T_WRIST]}
+    fk = forward_kinematics(angles)
+    el, az = theta[layout.T_SUN_ELEVATION], theta[layout.T_SUN_AZIMUTH]
+    return SceneParams(
+        base_xz=BASE_XZ, yaw=float(angles["yaw"]), shoulder=fk["shoulder"], elbow=fk["elbow"], wrist=fk["wrist"],
+        tool_pitch=float(fk["pitch"]), grip=float(theta[layout.T_GRIP]),
+        tile_pos=theta[layout.T_TILE_POS:layout.T_TILE_POS + 3].copy(),
+        tile_rot=rot_y(theta[layout.T_TILE_YAW]) @ rot_x(theta[layout.T_TILE_TILT]),
+        albedos=tuple(tuple(theta[layout.T_PAINT + 3 * i:layout.T_PAINT + 3 * i + 3]) for i in range(3)),
+        sun=(math.cos(el) * math.sin(az), math.sin(el), math.cos(el) * math.cos(az)),
+        extra={"angles": angles, "tcp": fk["tcp"], "tool_frame": tool_frame(angles["yaw"], fk["pitch"])},
     )
 
 

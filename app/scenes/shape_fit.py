@@ -40,6 +40,7 @@ import taichi as ti
 
 from app.scenes.fit_settings import (ASSETS, RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH,
                                      RECOMMENDED_SMOOTH_END, REAL_TARGETS, TARGETS, check_subdiv_lr_smooth)
+from engine import backend
 from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
 from engine.chamfer_loss import ChamferLoss, LaplacianSmoother
@@ -217,10 +218,10 @@ def fit_gradient_at(target: np.ndarray, subdiv: np.ndarray, n_samples: np.ndarra
     app compares gradients every few seconds; a new fit costs seconds of set-up), and restarted
     at `vertices`, so each answer is bit for bit what a new fit would give."""
     global _gradient_fit
-    program = id(ti.lang.impl.get_runtime().prog)  # a re-initialised Taichi has freed the kept fit's fields
-    key = (str(target), int(subdiv), int(n_samples), int(seed), program)
+    program = backend.taichi_program()  # a re-initialised Taichi has freed the kept fit's fields
+    key = (str(target), int(subdiv), int(n_samples), int(seed), program)  # the program compares by identity
     if _gradient_fit is None or _gradient_fit[0] != key:
-        if _gradient_fit is not None and _gradient_fit[0][-1] == program:
+        if _gradient_fit is not None and _gradient_fit[0][-1] is program:
             _gradient_fit[1].destroy()
         _gradient_fit = None  # a failed set-up keeps nothing
         _gradient_fit = (key, ShapeFit(key[0], key[1], smooth=0.0, smooth_end=None, n_samples=key[2] or None,

@@ -29,7 +29,8 @@ from engine.errors import Interrupted, UserError
 from engine.interrupt import StopFlag, graceful_stop
 
 log = logging.getLogger(__name__)
-WINDOW_TITLES = {"raymarch": "Ray march", "fit": "Shape fit", "parity": "Parity", "tape": "Tape"}
+WINDOW_TITLES = {"raymarch": "Ray march", "fit": "Shape fit", "parity": "Parity", "tape": "Tape",
+                 "invert": "Inverse render"}
 SOFTWARE_GL = ("llvmpipe", "softpipe", "swiftshader")  # GL renderers that draw on the CPU
 SOFTWARE_GL_FPS_MAX = 60.0  # their frame cap (hardware GL has vsync for that)
 WARM_TIMEOUT_S = 600.0  # --frames gives up waiting for live content after this long and shoots anyway
@@ -120,6 +121,8 @@ def warm_blockers(state) -> list[str]:
         blockers.append(f"the first parity comparison (parity worker: {state.parity.status})")
     if not (state.parity.grad_summary or state.parity.status.startswith("unavailable") or state.fit.error):
         blockers.append("the first gradient comparison")  # set when it lands, or fails
+    if not (state.invert.ready or state.invert.error):
+        blockers.append("the inverse render's set-up")
     return blockers
 
 
@@ -139,9 +142,11 @@ def _docking(panel: str | None):
     splits = [
         split("MainDockSpace", "RightSpace", imgui.Dir.right, 0.45),
         split("MainDockSpace", "ParitySpace", imgui.Dir.down, 0.4),
-        split("RightSpace", "TapeSpace", imgui.Dir.down, 0.36),
+        split("RightSpace", "TapeSpace", imgui.Dir.down, 0.27),
+        split("RightSpace", "InvertSpace", imgui.Dir.down, 0.52),
     ]
-    return splits, {"raymarch": "MainDockSpace", "parity": "ParitySpace", "fit": "RightSpace", "tape": "TapeSpace"}
+    return splits, {"raymarch": "MainDockSpace", "parity": "ParitySpace", "fit": "RightSpace", "tape": "TapeSpace",
+                    "invert": "InvertSpace"}
 
 
 def launch_app(args) -> int:
@@ -240,6 +245,7 @@ def run_app(options: AppOptions) -> AppRun:
     from app.ui.gl import Gfx
     from app.ui.panels import (
         file_dialog,
+        invert_panel as invert,
         parity_panel as parity,
         raymarch_panel as raymarch,
         fit_panel as shape_fit,
@@ -251,7 +257,8 @@ def run_app(options: AppOptions) -> AppRun:
     state = AppState(arch=options.arch, parity_arch=options.parity_arch, show_timings=options.show_timings,
                      taichi_version=importlib.metadata.version("taichi"))
     controller = Controller(state)
-    draws = {"raymarch": raymarch.draw, "fit": shape_fit.draw, "parity": parity.draw, "tape": tape.draw}
+    draws = {"raymarch": raymarch.draw, "fit": shape_fit.draw, "parity": parity.draw, "tape": tape.draw,
+             "invert": invert.draw}
     gfx: list[Gfx] = []  # created once the GL context exists
     clock = _FrameClock()
     scripted = options.frames is not None or options.test_function is not None
@@ -269,7 +276,8 @@ def run_app(options: AppOptions) -> AppRun:
         if options.start_fit and state.fit.ready and clock.warm_frame is not None and not state.fit.iteration:
             state.fit.running = True
             state.raymarch.playing = options.play
-        busy = state.raymarch.playing or state.fit.running or bool(state.warmup) or state.parity.status == "busy"
+        busy = (state.raymarch.playing or state.fit.running or state.invert.running or bool(state.warmup)
+                or state.parity.status == "busy")
         params.fps_idling.enable_idling = not scripted and not busy  # idle at a few fps only when nothing moves
         if options.frames is not None and clock.warm_frame is not None:
             params.app_shall_exit = state.frame - clock.warm_frame >= options.frames

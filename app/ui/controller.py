@@ -13,7 +13,9 @@
    priority) interleave with fit batches and the view stays interactive;
 6. send the latest full-quality frame to the parity backend when its worker is idle;
 7. every GRAD_PARITY_EVERY_S, while the fit has moved on, evaluate its gradient on the primary
-   (between batches: the fit keeps running) and again at the same vertices on the parity backend.
+   (between batches: the fit keeps running) and again at the same vertices on the parity backend;
+8. keep a running inverse render going: one batch (INVERT_BATCH_S) in flight at a time; its render
+   gradient is compared across backends when the parity panel asks.
 
 The primary backend (`--arch`) runs the renderer and the fit in one worker; the
 parity backend (`--parity-arch`) runs in another. See `app.ui.links`.
@@ -27,7 +29,7 @@ import numpy as np
 from app.claims.thresholds import GRAD_RTOL
 from app.ui.links import Answer, Request, WorkerLink
 from app.ui.parity_summary import summarise
-from app.ui.state import AppState, Command, reset_command
+from app.ui.state import AppState, Command, invert_reset_command, reset_command
 from engine.errors import UserError
 from engine.image_io import write_png
 from engine.parity import compare
@@ -35,12 +37,17 @@ from engine.parity import compare
 SERVICES = "app.ui.services"
 FIT_BATCH_S = 0.05  # a running fit returns to the link this often, so frames can interleave
 GRAD_PARITY_EVERY_S = 2.0  # the live fit's gradients are compared across backends at most this often
+INVERT_BATCH_S = 0.3  # a running inverse render returns to the link this often
+INVERT_VIEW = (256, 128)  # the inverse render panel's resolution: the claim's (at 128x64 the arm is too thin to recover)
+INVERT_TIMEOUT_S = 1800.0  # a cold start compiles the differentiable renderer: minutes on a loaded 2-core machine
 MIN_RENDER_PX = 32
 FIRST_CALLS = {  # a worker's first call of these compiles kernels: the status bar says so meanwhile
     "render_frame": "compiling the ray-march kernel",
     "fit_reset": "setting up the fit (BVH, Chamfer kernels)",
     "fit_run": "compiling the shape-fit step",
     "fit_gradient_at": "compiling the shape-fit kernels",
+    "invert_reset": "compiling the differentiable renderer",
+    "render_gradient": "compiling the differentiable renderer",
 }
 START_UP = {"primary": ("render_frame", "fit_reset"), "parity": ("render_frame", "fit_gradient_at")}  # + each start
 SCREENSHOT_DELAY_FRAMES = 2  # a screenshot waits until the menu or dialog that asked for it is gone
@@ -53,7 +60,7 @@ def _parity_post(answer: Answer) -> None:
     reference, atol = answer.request.context[:2]
     if answer.request.slot == "render":
         answer.extra = summarise(reference, answer.outputs["linear"], atol)
-    else:
+    else:  # "grad" (the fit's) or "render_grad" (the inverse render's)
         answer.extra = {"report": compare(reference, answer.outputs["grad"], atol)}
 
 
@@ -61,8 +68,10 @@ class Controller:
     """Owns the two worker links; see the module docstring."""
 
     def __init__(self, state: AppState):
-        self.primary = WorkerLink(state.arch, priorities=("fit", "render"), queued=("fit",))
-        self.parity = WorkerLink(state.parity_arch, priorities=("grad", "render"), post=_parity_post)
+        # the inverse render goes first: its fields must be the worker's first (Taichi's offline cache is keyed by
+        # SNode ids), or its kernels compile again (minutes) instead of loading
+        self.primary = WorkerLink(state.arch, priorities=("invert", "fit", "render"), queued=("invert", "fit"))
+        self.parity = WorkerLink(state.parity_arch, priorities=("grad", "render_grad", "render"), post=_parity_post)
         self._sent_render: dict | None = None
         self._fit_started: float | None = None  # perf_counter when the running fit's rate window began
         self._fit_iterations_at_start = 0
@@ -71,10 +80,14 @@ class Controller:
         self._grad_in_flight = False  # a gradient comparison is under way (primary, then parity)
         self._grad_compared_iteration = -1  # the fit iteration whose gradients were last compared
         self._grad_due = 0.0  # perf_counter time before which no new comparison starts
+        self._invert_in_flight = False  # a batch of the running inverse render is queued or running
+        self._invert_started: float | None = None  # perf_counter when the running inversion's rate window began
+        self._invert_iterations_at_start = 0
 
     def start(self, state: AppState) -> None:
         self.primary.start()
         self.parity.start()
+        state.commands.append(invert_reset_command(state))
         state.commands.append(reset_command(state))
 
     def close(self) -> None:
@@ -98,6 +111,7 @@ class Controller:
         self._keep_fitting(state)
         self._request_parity(state)
         self._request_grad_parity(state)
+        self._keep_inverting(state)
 
     def _link_status(self, state: AppState) -> None:
         primary = self.primary.status
@@ -139,6 +153,14 @@ class Controller:
             message = answer.error  # one line: a worker's UserError as it is, or what failed in it
             if name == "render_frame":
                 state.raymarch.error = message
+            elif name.startswith("invert"):
+                view = state.invert
+                self._invert_in_flight = False
+                if name == "invert_gradient":
+                    state.parity.render_grad_summary = f"render gradient comparison failed: {message}"
+                else:
+                    view.error, view.running, view.busy = message, False, False
+                    view.ready = view.ready and name != "invert_reset"
             elif name == "fit_gradient":
                 self._grad_in_flight = False
                 state.parity.grad_summary = f"gradient comparison failed: {message}"
@@ -173,6 +195,12 @@ class Controller:
             self._fit_snapshot(state, out)
         elif name == "fit_export":
             state.fit.exported = str(out["path"])
+        elif name in ("invert_reset", "invert_run"):
+            self._invert_snapshot(state, out, reset=name == "invert_reset")
+        elif name == "invert_gradient":
+            atol = GRAD_RTOL * float(np.abs(out["grad"]).max())
+            self.parity.send(Request("render_grad", "render_gradient", dict(out["at"]),
+                                     context=(out["grad"], atol, int(out["iteration"])), timeout_s=INVERT_TIMEOUT_S))
         elif name == "fit_gradient":
             atol = GRAD_RTOL * float(np.abs(out["grad"]).max())
             self.parity.send(Request("grad", "fit_gradient_at", dict(out["at"]),
@@ -197,6 +225,26 @@ class Controller:
         tape.forward_ms = [float(s) * 1e3 for s in out["tape_forward_s"]]
         tape.backward_ms = [float(s) * 1e3 for s in out["tape_backward_s"]]
 
+    def _invert_snapshot(self, state: AppState, out: dict, reset: bool) -> None:
+        view = state.invert
+        self._invert_in_flight = False
+        if reset:
+            view.losses, view.busy, view.ready, view.error = [], False, True, ""
+        view.target, view.image, view.diff = out["target"], out["image"], out["diff"]
+        view.image_version += 1
+        view.names, view.units = [str(n) for n in out["names"]], [str(u) for u in out["units"]]
+        view.true, view.start = [float(v) for v in out["true"]], [float(v) for v in out["start"]]
+        view.current = [float(v) for v in out["current"]]
+        view.errors = {str(k): float(v) for k, v in out["errors"].items()}
+        view.losses.extend(float(loss) for loss in out["losses"])
+        view.iteration = int(out["iteration"])
+        if view.running and self._invert_started is not None:
+            elapsed = time.perf_counter() - self._invert_started
+            if elapsed > 0.5:
+                view.iterations_per_s = (view.iteration - self._invert_iterations_at_start) / elapsed
+        if view.iteration >= view.max_iterations:
+            view.running = False
+
     def _parity_answer(self, state: AppState, answer: Answer) -> None:
         self._first_calls[self.parity].discard(answer.request.name.rsplit(":", 1)[-1])
         view = state.parity
@@ -205,9 +253,19 @@ class Controller:
             if answer.request.slot == "grad":
                 view.grad_summary = failed
                 self._grad_in_flight = False
+            elif answer.request.slot == "render_grad":
+                view.render_grad_summary = failed
             else:
                 view.error = failed
             state.error(failed)
+            return
+        if answer.request.slot == "render_grad":
+            report = answer.extra["report"]
+            verdict = "agree" if report.share_within == 1.0 else "DIFFER"
+            view.render_grad_summary = (
+                f"render gradient at inverse-render iteration {answer.request.context[2]} {verdict} (rel "
+                f"{GRAD_RTOL:g} of max |grad|): {report.share_within * 100:.2f} % of the {report.count} "
+                f"parameters within, max |A - B| {report.max_abs_err:.3g}")
             return
         if answer.request.slot == "grad":
             self._grad_in_flight = False
@@ -245,6 +303,16 @@ class Controller:
             self._command(state, reset_command(state))
         elif command.kind == "parity_grad":  # now, whatever the timer says
             self._grad_due, self._grad_compared_iteration = 0.0, -1
+        elif command.kind == "invert_reset":
+            state.invert.busy, state.invert.iterations_per_s = True, 0.0
+            self._invert_in_flight = True
+            self._send_invert(state, "invert_reset", {**command.args, "width": INVERT_VIEW[0],
+                                                      "height": INVERT_VIEW[1]})
+        elif command.kind == "invert_step":
+            self._invert_in_flight = True
+            self._send_invert(state, "invert_run", {"max_steps": 1, "budget_s": 0.0})
+        elif command.kind == "render_grad":
+            self._send_invert(state, "invert_gradient", {})
         elif command.kind == "save_frame":
             self._save_frame(state, command.args["path"])
         elif command.kind == "save_screenshot":  # app.ui.app writes it once the frame is drawn
@@ -271,6 +339,23 @@ class Controller:
             state.error(f"shape fit: the {state.arch} backend is unavailable")
             return
         self.primary.send(Request("fit", f"{SERVICES}:{function}", inputs))
+
+    def _send_invert(self, state: AppState, function: str, inputs: dict) -> None:
+        if self.primary.status.startswith("unavailable"):
+            state.error(f"inverse render: the {state.arch} backend is unavailable")
+            return
+        self.primary.send(Request("invert", f"{SERVICES}:{function}", inputs, timeout_s=INVERT_TIMEOUT_S))
+
+    def _keep_inverting(self, state: AppState) -> None:
+        view = state.invert
+        if not (view.running and view.ready and not view.busy):
+            self._invert_started = None
+            return
+        if self._invert_started is None:
+            self._invert_started, self._invert_iterations_at_start = time.perf_counter(), view.iteration
+        if not self._invert_in_flight:
+            self._invert_in_flight = True
+            self._send_invert(state, "invert_run", {"max_steps": view.max_iterations, "budget_s": INVERT_BATCH_S})
 
     def _request_frame(self, state: AppState) -> None:
         view = state.raymarch

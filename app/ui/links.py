@@ -30,7 +30,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from engine.worker import BackendWorker, WorkerError, exit_description
+from engine.worker import DEFAULT_TIMEOUT_S, BackendWorker, WorkerError, exit_description
 
 WORKER_NICE = 10  # scheduling priority of the backend workers relative to the window
 
@@ -41,6 +41,7 @@ class Request:
     name: str  # a computation name or "module:function" run in the worker
     inputs: dict
     context: Any = None  # travels with the answer, never sent to the worker
+    timeout_s: float = DEFAULT_TIMEOUT_S  # how long the worker may take (a first compile can take minutes)
 
 
 @dataclass
@@ -126,7 +127,8 @@ class WorkerLink:
         while (request := self._next()) is not None:
             self.in_flight, self.status = request.name, "busy"
             try:
-                answer = Answer(request, self._worker.call(request.name, **request.inputs))
+                answer = Answer(request, self._worker.call(request.name, timeout_s=request.timeout_s,
+                                                           **request.inputs))
             except WorkerError as exc:
                 answer = Answer(request, None, error=str(exc))
             except (OSError, EOFError, ValueError):  # `close` killed the worker under a call

@@ -15,6 +15,8 @@ import time
 import numpy as np
 
 _fit = None  # app.scenes.shape_fit.ShapeFit, replaced by every reset
+_inverse = None  # app.scenes.invert.InverseRender, replaced by every invert_reset
+INVERT_GROUPS = ("joints", "gripper", "letter", "letter_angles")  # what the panel perturbs and recovers
 
 
 def render_frame(t: float, yaw: float, pitch: float, distance: float, width: int, height: int,
@@ -112,3 +114,73 @@ def _snapshot(fit, losses: list[float], tape: dict) -> dict:
     """The fit's mesh, its new losses and a `_tape_record`, as arrays."""
     return {"vertices": np.asarray(fit.vertices(), dtype=np.float32),
             "losses": np.asarray(losses, dtype=np.float64), "iteration": np.int64(len(fit.losses)), **tape}
+
+
+def invert_reset(t: float, width: int, height: int, perturbation: float, seed: int, iterations: int) -> dict:
+    """Start an inversion: target = the differentiable render of the timeline's frame at t; start = its
+    parameters moved by `perturbation` times the default perturbation of the pose groups (seeded)."""
+    global _inverse
+    from app.scenes.invert import InverseRender, InvertSettings, render_target
+    from app.scenes.robot_arm import theta_at
+    from engine import scene_theta
+
+    if _inverse is not None:
+        _inverse.destroy()
+    _inverse = None
+    truth = theta_at(float(t))
+    target = render_target(truth, int(width), int(height))
+    magnitudes = {g: scene_theta.DEFAULT_PERTURB[g] * float(perturbation) for g in INVERT_GROUPS}
+    start = scene_theta.perturb(truth, magnitudes, int(seed))
+    settings = InvertSettings(iterations=int(iterations), groups=INVERT_GROUPS)
+    _inverse = InverseRender(target, start, truth, int(width), int(height), settings=settings)
+    return _invert_snapshot([])
+
+
+def invert_run(max_steps: int, budget_s: float) -> dict:
+    """Step the inversion until `max_steps` steps, its last iteration, or (after one step) `budget_s` seconds."""
+    if _inverse is None:
+        raise RuntimeError("no inversion: reset first")
+    started = time.perf_counter()
+    losses = []
+    while (len(losses) < int(max_steps) and _inverse.iteration < _inverse.settings.iterations
+           and not (losses and time.perf_counter() - started >= float(budget_s))):
+        losses.append(_inverse.step())
+    return {**_invert_snapshot(losses), "seconds": np.float64(time.perf_counter() - started)}
+
+
+def invert_gradient() -> dict:
+    """d loss / d theta of the inversion at its current theta (full-resolution L2, 1-pixel silhouettes), and
+    the inputs of the "render_gradient" computation to redo it on another backend."""
+    from engine.diff_render import run_render_gradient
+
+    if _inverse is None:
+        raise RuntimeError("no inversion: reset first")
+    inputs = {"theta": _inverse.theta(), "target": _inverse.target,
+              "weight": np.ones(_inverse.target.shape[:2], np.float32), "width": np.int64(_inverse.width),
+              "height": np.int64(_inverse.height)}
+    out = run_render_gradient(**inputs)
+    _inverse.r.set_loss(_inverse.settings.loss, _inverse.settings.levels, _inverse.settings.edge_start)
+    _inverse.r.set_target(_inverse.target)
+    return {"grad": out["grad"], "loss": out["loss"], "iteration": np.int64(_inverse.iteration), "at": inputs}
+
+
+def _invert_snapshot(losses: list[float]) -> dict:
+    """The inversion's images (sRGB uint8), pose parameters in display units and new losses, as arrays."""
+    from app.scenes.invert import side_by_side
+    from engine import scene_theta
+
+    inv = _inverse
+    current = inv.current_image()
+    panel = side_by_side(current, inv.target)
+    w = inv.width
+    pose = [i for g in INVERT_GROUPS for i in range(scene_theta.GROUPS[g].start, scene_theta.GROUPS[g].stop)]
+    theta = inv.theta()
+    errors = scene_theta.group_errors(theta, inv.truth)
+    return {"image": panel[:, :w], "target": panel[:, w:2 * w], "diff": panel[:, 2 * w:],
+            "names": np.array([scene_theta.NAMES[i] for i in pose]),
+            "units": np.array([scene_theta.UNITS[scene_theta.group_of(i)] for i in pose]),
+            "true": np.array([scene_theta.display(i, inv.truth[i]) for i in pose]),
+            "start": np.array([scene_theta.display(i, inv.start[i]) for i in pose]),
+            "current": np.array([scene_theta.display(i, theta[i]) for i in pose]),
+            "errors": {g: np.float64(errors[g]) for g in INVERT_GROUPS},
+            "losses": np.asarray(losses, np.float64), "iteration": np.int64(inv.iteration)}

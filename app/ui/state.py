@@ -4,7 +4,7 @@ Panels are functions of an `AppState`: they draw it and write the user's edits a
 intents back into it (a camera angle, `fit.running`, a queued `Command`). They never
 talk to a backend. `app.ui.controller` turns the state into requests for the backend
 workers and writes their answers back, on the UI thread, once per frame. The state is
-grouped by panel (`raymarch`, `fit`, `parity`, `tape`) plus the app-wide fields; the
+grouped by panel (`raymarch`, `fit`, `parity`, `tape`, `invert`) plus the app-wide fields; the
 groups are plain parts of the one object, not separate owners.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from app.claims.thresholds import PIXEL_ATOL
 from app.scenes.fit_settings import RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END
 from app.scenes.fit_settings import TARGETS as FIT_TARGETS  # built-in targets; any mesh file may be opened too
-PANELS = ("raymarch", "fit", "parity", "tape")  # the dockable panels, by --panel name
+PANELS = ("raymarch", "fit", "parity", "tape", "invert")  # the dockable panels, by --panel name
 UI_SCALES = (0.8, 2.0)  # the range of the View menu's UI scale (font size relative to the default)
 
 
@@ -25,7 +25,8 @@ UI_SCALES = (0.8, 2.0)  # the range of the View menu's UI scale (font size relat
 class Command:
     """An intent a panel queues for the controller: `kind` names it, `args` carries its inputs."""
 
-    kind: str  # "fit_reset", "fit_step", "fit_export", "fit_open", "parity_grad", "save_frame", "save_screenshot"
+    kind: str  # "fit_reset", "fit_step", "fit_export", "fit_open", "parity_grad", "save_frame", "save_screenshot",
+    #            "invert_reset", "invert_step", "render_grad"
     args: dict = field(default_factory=dict)
 
 
@@ -129,7 +130,35 @@ class ParityView:
     hist_counts: np.ndarray | None = None
     compared_request: dict | None = None  # the render request behind the numbers
     grad_summary: str = ""  # parity of the current fit's gradients, when compared
+    render_grad_summary: str = ""  # parity of the inverse render's gradient, when compared
     error: str = ""  # why the last frame comparison failed; "" after a good one
+
+
+@dataclass
+class InvertView:
+    """The inverse-render panel: recover the scene's pose from a rendered target (app.scenes.invert)."""
+
+    t: float = 0.1  # the timeline frame that is the target
+    perturbation: float = 1.0  # times the default start perturbation (joints 20 deg, gripper 0.03 m, letter 0.2 ...)
+    seed: int = 2  # the claim pose_recovery's (docs/RESULTS.md: seeds 1, 2, 4 recover, 3 does not)
+    running: bool = False  # Start/Pause: the controller keeps sending batches while True
+    max_iterations: int = 400  # the claim's schedule
+    iteration: int = 0
+    losses: list[float] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # the pose parameters shown in the table
+    units: list[str] = field(default_factory=list)
+    true: list[float] = field(default_factory=list)  # in display units (degrees, metres)
+    start: list[float] = field(default_factory=list)
+    current: list[float] = field(default_factory=list)
+    errors: dict = field(default_factory=dict)  # largest error per group, display units
+    target: np.ndarray | None = None  # (H, W, 3) uint8 sRGB
+    image: np.ndarray | None = None  # the current render
+    diff: np.ndarray | None = None  # |current - target|, amplified
+    image_version: int = 0
+    iterations_per_s: float = 0.0
+    ready: bool = False  # an inversion exists in the worker
+    busy: bool = False  # a reset is in flight
+    error: str = ""
 
 
 @dataclass
@@ -186,6 +215,7 @@ class AppState:
     fit: FitView = field(default_factory=FitView)
     parity: ParityView = field(default_factory=ParityView)
     tape: TapeView = field(default_factory=TapeView)
+    invert: InvertView = field(default_factory=InvertView)
 
     def error(self, message: str) -> None:
         """Show `message` in the window (once, however often it repeats)."""
@@ -198,3 +228,10 @@ def reset_command(state: AppState) -> Command:
     fit = state.fit
     return Command("fit_reset", {"target": fit.target, "subdiv": fit.subdiv, "lr": fit.lr, "smooth": fit.smooth,
                                  "smooth_end": fit.smooth_end, "schedule_iters": fit.max_iterations})
+
+
+def invert_reset_command(state: AppState) -> Command:
+    """The command that restarts the inverse render with the perturbation and seed its panel shows."""
+    view = state.invert
+    return Command("invert_reset", {"t": view.t, "perturbation": view.perturbation, "seed": view.seed,
+                                    "iterations": view.max_iterations})

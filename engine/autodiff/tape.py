@@ -3,7 +3,8 @@
 Modelled on NVIDIA Warp's `wp.Tape`. Launches made through `engine.launch.launch`
 inside `with tape:` are recorded (name, kernel, arguments, forward time);
 `tape.backward(loss)` seeds d loss = 1 and runs each entry's adjoint (Taichi's
-generated `kernel.grad`, or the function a custom entry supplies) newest first.
+generated `kernel.grad`, the adjoint declared for the kernel with
+`engine.autodiff.custom.custom_adjoint`, or the function a custom entry supplies) newest first.
 
     import taichi as ti
     from engine import backend
@@ -55,6 +56,7 @@ from taichi.lang._ndarray import Ndarray
 from taichi.lang.field import Field
 
 from engine.autodiff.access import kernel_access
+from engine.autodiff.custom import adjoint_of
 from engine.autodiff.grad_kernels import fill_value
 from engine.launch import dispatch, kernel_name, pop_recorder, push_recorder
 
@@ -72,6 +74,7 @@ class TapeEntry:
     name: str
     kernel: Callable | None  # None for a custom step
     args: tuple
+    adjoint: Callable | None = None  # the kernel's declared custom adjoint (else Taichi's kernel.grad)
     custom_backward: Callable[[], None] | None = None
     forward_s: float | None = None  # measured only when the tape profiles
     backward_s: float | None = None
@@ -95,6 +98,14 @@ def _fill(buffer: Any, value: float) -> None:
         dispatch(fill_value, (buffer, value))
     else:
         buffer.fill(value)
+
+
+def _run_adjoint(adjoint: Callable, args: tuple) -> None:
+    """A declared adjoint: a Taichi kernel is dispatched natively, a Python function called."""
+    if hasattr(adjoint, "_primal"):
+        dispatch(adjoint, args)
+    else:
+        adjoint(*args)
 
 
 def _launch_accesses(kernel: Callable, args: tuple, label: str) -> tuple[list, list]:
@@ -225,8 +236,11 @@ class Tape:
         """Check `kernel(*args)` for hazards, run it, and append it (called by `launch`)."""
         label = f"launch #{len(self.entries)} '{name}'"
         reads, writes = _launch_accesses(kernel, args, label)
-        self._check_writes(label, reads, writes)
-        entry = TapeEntry(name, kernel, args)
+        adjoint = adjoint_of(kernel)
+        # a declared adjoint reads what its author wrote it to read: scratch the forward itself
+        # writes and reads back (a two-pass reduction's block sums) is no hazard for it
+        self._check_writes(label, reads, writes, itself=adjoint is None)
+        entry = TapeEntry(name, kernel, args, adjoint=adjoint)
         entry.forward_s = self._timed(dispatch, kernel, args)  # a launch Taichi rejects leaves no trace
         for buffer, path in reads:
             self._readers.setdefault(id(buffer), f"{label} (argument '{path}')")
@@ -238,9 +252,11 @@ class Tape:
                 self._touched[id(arg)] = arg
         self.entries.append(entry)
 
-    def _check_writes(self, label: str, reads: list[tuple[Any, str]], writes: list[tuple[Any, str, bool]]) -> None:
-        """Hazards (1) overwrite after read and (2) a second plain store; see the module docstring."""
-        read_here = {path for _, path in reads}
+    def _check_writes(self, label: str, reads: list[tuple[Any, str]], writes: list[tuple[Any, str, bool]],
+                      itself: bool = True) -> None:
+        """Hazards (1) overwrite after read (by an earlier launch, or with `itself` by this one) and (2) a second
+        plain store; see the module docstring."""
+        read_here = {path for _, path in reads} if itself else set()
         for buffer, path, accumulate in writes:
             reader = self._readers.get(id(buffer)) or (f"{label} itself" if path in read_here else None)
             if reader:
@@ -303,7 +319,9 @@ class Tape:
         push_recorder(self)  # launches made by custom backwards run unrecorded, even inside another tape
         try:
             for entry in reversed(self.entries):
-                if entry.kernel is not None:
+                if entry.adjoint is not None:
+                    entry.backward_s = self._timed(_run_adjoint, entry.adjoint, entry.args)
+                elif entry.kernel is not None:
                     entry.backward_s = self._timed(dispatch, entry.kernel.grad, entry.args)
                 else:
                     entry.backward_s = self._timed(entry.custom_backward)

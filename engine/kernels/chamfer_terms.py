@@ -16,12 +16,14 @@ run to run). Per-element terms go into an array; `block_sums` adds blocks of BLO
 terms in a fixed unrolled order; `serial_total` adds the blocks in index order.
 The target-to-source gradient needs a scatter (many samples onto one vertex): the
 corners of each held triangle are first gathered into a per-sample array
-(`gather_corners`, taped with a custom backward), and that gather's adjoint adds the
+(`gather_corners`, with its declared custom adjoint), and that gather's adjoint adds the
 corner gradients into each vertex in ascending (sample, corner) order, through a
 vertex -> slot index built by `count_refs`, `exclusive_scan`, `fill_slots`
-(integer atomics: exact) and sorted per vertex by `scatter_sorted`.
+(integer atomics: exact) and sorted per vertex by `gather_corners_adjoint`.
 """
 import taichi as ti
+
+from engine.autodiff.custom import custom_adjoint
 
 BLOCK = 32  # terms per block sum: unrolled, so Taichi AD needs no stack for it
 SCAN_BLOCK = 64  # counts per block of the slot-index scan
@@ -55,10 +57,34 @@ def held_face_terms(samples: ti.template(), corners: ti.template(), bary: ti.tem
 
 @ti.kernel
 def gather_corners(x: ti.template(), faces: ti.template(), face_id: ti.template(), n: ti.i32,
-                   corners: ti.template()):
-    """corners[j, k] = x[faces[face_id[j]][k]]: the held triangle's corners, one row per sample."""
+                   corners: ti.template(), start: ti.template(), slots: ti.template()):
+    """corners[j, k] = x[faces[face_id[j]][k]]: the held triangle's corners, one row per sample.
+
+    `start`/`slots` (the vertex -> slot index of `index_slots`) are for its adjoint only."""
     for j, k in ti.ndrange(n, 3):
         corners[j, k] = x[faces[_face(face_id, j)][k]]
+
+
+@custom_adjoint(gather_corners)
+@ti.kernel
+def gather_corners_adjoint(x: ti.template(), faces: ti.template(), face_id: ti.template(), n: ti.i32,
+                           corners: ti.template(), start: ti.template(), slots: ti.template()):
+    """x.grad[v] += corners.grad over v's (sample, corner) slots in ascending slot order: the
+    gather's scatter in a fixed order (Taichi's own adjoint would be a float atomic_add)."""
+    for v in range(start.shape[0] - 1):
+        lo, hi = start[v], start[v + 1]
+        for i in range(lo + 1, hi):  # insertion sort: ranges hold a few dozen slots
+            key = slots[i]
+            at = i
+            while at > lo and slots[at - 1] > key:
+                slots[at] = slots[at - 1]
+                at -= 1
+            slots[at] = key
+        acc = x.grad[v] * 0.0
+        for i in range(lo, hi):
+            s = slots[i]
+            acc += corners.grad[s // 3, s % 3]
+        x.grad[v] += acc
 
 
 @ti.kernel
@@ -102,26 +128,6 @@ def fill_slots(faces: ti.template(), face_id: ti.template(), n: ti.i32, cursor: 
     for j, k in ti.ndrange(n, 3):
         at = ti.atomic_add(cursor[faces[_face(face_id, j)][k]], 1)
         slots[at] = 3 * j + k
-
-
-@ti.kernel
-def scatter_sorted(start: ti.template(), slots: ti.template(), corners_grad: ti.template(),
-                   x_grad: ti.template()):
-    """x_grad[v] += sum of corners_grad over v's slots in ascending slot order (fixed-order adjoint)."""
-    for v in range(start.shape[0] - 1):
-        lo, hi = start[v], start[v + 1]
-        for i in range(lo + 1, hi):  # insertion sort: ranges hold a few dozen slots
-            key = slots[i]
-            at = i
-            while at > lo and slots[at - 1] > key:
-                slots[at] = slots[at - 1]
-                at -= 1
-            slots[at] = key
-        acc = x_grad[v] * 0.0
-        for i in range(lo, hi):
-            s = slots[i]
-            acc += corners_grad[s // 3, s % 3]
-        x_grad[v] += acc
 
 
 @ti.kernel

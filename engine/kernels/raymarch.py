@@ -26,6 +26,9 @@ vulkan), from measurements on this scene:
 """
 import taichi as ti
 
+from engine.scene_layout import (GLYPH, MOVING_SLOT, N_SLOTS, ROW_Z, SLOT_GLYPHS, SLOT_SPACING, SLOT_X0,  # noqa: F401
+                                 TABLE_TOP, TCP_OFFSET, TILE_HALF, TILE_ROUND, TILE_Y, WORD)  # (the scene's layout)
+
 vec2 = ti.math.vec2
 vec3 = ti.math.vec3
 
@@ -43,22 +46,16 @@ P_GRIP = 24  # lateral offset of each finger from the tool axis
 P_TILE_POS = 25  # moving tile centre (3)
 P_TILE_ROT = 28  # moving tile rotation, world -> tile rows (9)
 P_PIXEL = 38  # angular size of one pixel (for coverage)
-N_PARAMS = 40
+P_ALBEDO = 40  # albedos (RGB) of the arm's paint, the tiles and the letters: 3 x 3
+P_SUN = 49  # unit direction towards the key light (3)
+N_PARAMS = 52
 
-# ---- scene constants (metres; y is up; the sign faces +z) ----
-TABLE_TOP = 0.8
-TILE_HALF = (0.18, 0.23, 0.035)
-TILE_ROUND = 0.02
-SLOT_SPACING = 0.5
-SLOT_X0 = -1.5  # x of slot 0
-ROW_Z = -0.2
-TILE_Y = TABLE_TOP + TILE_HALF[1]
-N_SLOTS = 7
-WORD = "SHANNON"
-GLYPH = {"S": 0, "H": 1, "A": 2, "N": 3, "O": 4}
-SLOT_GLYPHS = tuple(GLYPH[c] for c in WORD)
-MOVING_SLOT = 2  # the tile that fell: the A
-TCP_OFFSET = 0.26  # wrist joint to the tool centre point (between the fingertips)
+# ---- scene constants: the layout is engine.scene_layout's (imported above) ----
+
+# albedos that scene parameters may change (the others are constants of `material`)
+ALBEDO_PAINT = (0.9, 0.28, 0.025)
+ALBEDO_TILE = (0.86, 0.82, 0.72)
+ALBEDO_LETTER = (0.72, 0.06, 0.05)
 
 MAX_STEPS = 160
 SHADOW_STEPS = 48
@@ -103,7 +100,11 @@ class Scene:
     tool: vec2  # cos, sin of tool pitch
     grip: ti.f32
     tile_pos: vec3
-    tile_rot: ti.math.mat3
+    tile_rot: ti.math.mat3  # world -> tile
+    paint: vec3  # albedos
+    tile: vec3
+    letter: vec3
+    sun: vec3  # unit direction towards the key light
 
 
 @ti.func
@@ -119,14 +120,25 @@ def load_scene(prm: ti.template()) -> Scene:
     for r in ti.static(range(3)):
         for c in ti.static(range(3)):
             s.tile_rot[r, c] = prm[P_TILE_ROT + 3 * r + c]
+    s.paint = vec3(prm[P_ALBEDO], prm[P_ALBEDO + 1], prm[P_ALBEDO + 2])
+    s.tile = vec3(prm[P_ALBEDO + 3], prm[P_ALBEDO + 4], prm[P_ALBEDO + 5])
+    s.letter = vec3(prm[P_ALBEDO + 6], prm[P_ALBEDO + 7], prm[P_ALBEDO + 8])
+    s.sun = vec3(prm[P_SUN], prm[P_SUN + 1], prm[P_SUN + 2])
     return s
 
 
 # ---------------------------------------------------------------- primitives
 @ti.func
+def length(v):
+    """|v|, with a derivative of 0 instead of 0 * inf = NaN at v = 0 (a point on a segment's axis or inside a
+    box: Taichi's adjoint of sqrt at 0). Equal to v.norm() bit for bit for |v|^2 >= 1e-30."""
+    return ti.sqrt(ti.max(v.dot(v), 1e-30))
+
+
+@ti.func
 def sd_box(p: vec3, half: vec3) -> ti.f32:
     q = ti.abs(p) - half
-    return ti.max(q, 0.0).norm() + ti.min(ti.max(q.x, ti.max(q.y, q.z)), 0.0)
+    return length(ti.max(q, 0.0)) + ti.min(ti.max(q.x, ti.max(q.y, q.z)), 0.0)
 
 
 @ti.func
@@ -134,23 +146,23 @@ def sd_segment2(p: vec2, a: vec2, b: vec2) -> ti.f32:
     pa = p - a
     ba = b - a
     h = ti.math.clamp(pa.dot(ba) / ba.dot(ba), 0.0, 1.0)
-    return (pa - ba * h).norm()
+    return length(pa - ba * h)
 
 
 @ti.func
 def extrude(d2: ti.f32, z: ti.f32, half: ti.f32) -> ti.f32:
     """Exact distance to a 2D shape (distance d2) extruded over |z| <= half."""
     w = vec2(d2, ti.abs(z) - half)
-    return ti.min(ti.max(w.x, w.y), 0.0) + ti.max(w, 0.0).norm()
+    return ti.min(ti.max(w.x, w.y), 0.0) + length(ti.max(w, 0.0))
 
 
 @ti.func
 def sd_arc(p: vec2, ra: ti.f32) -> ti.f32:
     """Centre line of a 240-degree arc of radius ra (gap around -y)."""
     q = vec2(ti.abs(p.x), p.y)
-    d = ti.abs(q.norm() - ra)
+    d = ti.abs(length(q) - ra)
     if _S_SC[1] * q.x > _S_SC[0] * q.y:
-        d = (q - vec2(_S_SC[0] * ra, _S_SC[1] * ra)).norm()
+        d = length(q - vec2(_S_SC[0] * ra, _S_SC[1] * ra))
     return d
 
 
@@ -234,16 +246,36 @@ def slot_glyph(i: ti.i32) -> ti.i32:
 
 
 @ti.func
-def sd_tiles(p: vec3, s: Scene) -> vec2:
+def _tile_candidate(res: vec2, p: vec3, s: Scene, rel: vec3, i0: ti.i32, k, near_row: ti.i32,
+                    near_moving: ti.i32) -> vec2:
+    """Candidate k of `sd_tiles`: standing tile i0 + k (k < 2) or the moving tile (k == 2)."""
+    i = i0 + k
+    u = p - vec3(SLOT_X0 + SLOT_SPACING * ti.cast(i, ti.f32), TILE_Y, ROW_Z)
+    g = slot_glyph(i)
+    usable = near_row and 0 <= i < N_SLOTS and i != MOVING_SLOT and k < 2
+    if k == 2:
+        u = s.tile_rot @ rel
+        g = SLOT_GLYPHS[MOVING_SLOT]
+        usable = near_moving
+    out = res
+    if usable:
+        out = closer(res, sd_tile(u, g))
+    return out
+
+
+@ti.func
+def sd_tiles(p: vec3, s: Scene, unrolled: ti.template()) -> vec2:
     """The standing tiles and the moving one, with one inlined tile SDF for all of them.
 
     Tiles repeat along x, so only the two slots around p.x can hold the nearest standing
     tile; the third candidate is the moving tile. Far from all of them, the distance to
     their bounding volumes stands in (it is never larger than the true distance).
+    `unrolled` (differentiated kernels): three inlined copies instead of a dynamic loop,
+    whose loop-carried minimum Taichi's reverse mode gets silently wrong (measured).
     """
     row_bound = sd_box(p - vec3(0.0, TILE_Y, ROW_Z), vec3(1.72, 0.25, 0.06))
     rel = p - s.tile_pos
-    moving_dist = rel.norm()
+    moving_dist = length(rel)
     moving_bound = moving_dist - 0.32
     near_row = row_bound < BOUND_MARGIN
     near_moving = moving_dist < NEAR_MOVING
@@ -256,17 +288,12 @@ def sd_tiles(p: vec3, s: Scene) -> vec2:
         if not near_moving:
             res = closer(res, vec2(moving_bound, M_BOUND))
         i0 = ti.cast(ti.floor((p.x - SLOT_X0) / SLOT_SPACING), ti.i32)
-        for k in range(3):  # a dynamic loop: one inlined copy of the tile SDF, not three
-            i = i0 + k
-            u = p - vec3(SLOT_X0 + SLOT_SPACING * ti.cast(i, ti.f32), TILE_Y, ROW_Z)
-            g = slot_glyph(i)
-            usable = near_row and 0 <= i < N_SLOTS and i != MOVING_SLOT and k < 2
-            if k == 2:
-                u = s.tile_rot @ rel
-                g = SLOT_GLYPHS[MOVING_SLOT]
-                usable = near_moving
-            if usable:
-                res = closer(res, sd_tile(u, g))
+        if ti.static(unrolled):
+            for k in ti.static(range(3)):
+                res = _tile_candidate(res, p, s, rel, i0, k, near_row, near_moving)
+        else:
+            for k in range(3):  # a dynamic loop: one inlined copy of the tile SDF, not three
+                res = _tile_candidate(res, p, s, rel, i0, k, near_row, near_moving)
     return res
 
 
@@ -279,7 +306,7 @@ def sd_arm(p: vec3, s: Scene) -> vec2:
     wrist, tool centre, within 0.32 m of the arm plane)."""
     dx = p.x - s.base.x
     dz = p.z - s.base.y
-    radial = vec2(dx, dz).norm()
+    radial = length(vec2(dx, dz))
     fwd = dx * s.base.w + dz * s.base.z  # forward = (sin yaw, cos yaw) in xz
     lat = dx * s.base.z - dz * s.base.w
     res = vec2(extrude(radial - 0.42, p.y - 0.52, 0.52), M_BOUND)
@@ -299,9 +326,9 @@ def sd_arm(p: vec3, s: Scene) -> vec2:
         upper = extrude(sd_segment2(q, s.shoulder, s.elbow) - 0.055, lat, 0.06) - 0.03
         fore = extrude(sd_segment2(q, s.elbow, s.wrist) - 0.04, lat, 0.045) - 0.025
         res = closer(res, vec2(ti.min(upper, fore), M_PAINT))
-        joints = ti.min(extrude((q - s.shoulder).norm() - 0.115, lat, 0.185) - 0.012,
-                        ti.min(extrude((q - s.elbow).norm() - 0.09, lat, 0.105) - 0.01,
-                               extrude((q - s.wrist).norm() - 0.06, lat, 0.075) - 0.01))
+        joints = ti.min(extrude(length(q - s.shoulder) - 0.115, lat, 0.185) - 0.012,
+                        ti.min(extrude(length(q - s.elbow) - 0.09, lat, 0.105) - 0.01,
+                               extrude(length(q - s.wrist) - 0.06, lat, 0.075) - 0.01))
         res = closer(res, vec2(joints, M_JOINT))
         v = q - s.wrist
         along = v.x * s.tool.x + v.y * s.tool.y
@@ -315,17 +342,18 @@ def sd_arm(p: vec3, s: Scene) -> vec2:
 
 
 @ti.func
-def scene_sdf(p: vec3, s: Scene) -> vec2:
-    """(distance, material) of the whole scene at p."""
+def scene_sdf(p: vec3, s: Scene, unrolled: ti.template()) -> vec2:
+    """(distance, material) of the whole scene at p; `unrolled` for differentiated kernels (see sd_tiles)."""
     res = vec2(p.y, M_FLOOR)
     res = closer(res, sd_table(p))
-    res = closer(res, sd_tiles(p, s))
+    res = closer(res, sd_tiles(p, s, unrolled))
     res = closer(res, sd_arm(p, s))
     return res
 
 
 # ---------------------------------------------------------------- shading
-KEY_DIR = (-0.4813, 0.7700, 0.4187)  # towards the key light (unit length; front-left, above)
+_KEY = (-0.4813, 0.7700, 0.4187)
+KEY_DIR = tuple(v / (_KEY[0] ** 2 + _KEY[1] ** 2 + _KEY[2] ** 2) ** 0.5 for v in _KEY)  # default, towards the key light
 KEY_COL = (2.9, 2.65, 2.3)
 SKY_ZENITH = (0.22, 0.36, 0.62)
 SKY_HORIZON = (0.5, 0.55, 0.62)
@@ -334,17 +362,28 @@ FLOOR_LINE = (0.2, 0.21, 0.23)
 
 
 @ti.func
-def normal_at(p: vec3, s: Scene) -> vec3:
-    """Tetrahedral differences of the distance: 4 taps in a loop (one inlined SDF copy)."""
-    e = 0.0005
+def tap_sign(k) -> vec3:
+    """Tetrahedral tap k of `normal_at`: (+,-,-), (-,-,+), (-,+,-), (+,+,+), each sign from the bits of k."""
+    sx = 1.0 if (k == 0 or k == 3) else -1.0
+    sy = 1.0 if k >= 2 else -1.0
+    sz = 1.0 if (k == 1 or k == 3) else -1.0
+    return vec3(sx, sy, sz)
+
+
+NORMAL_EPS = 0.0005
+
+
+@ti.func
+def normal_at(p: vec3, s: Scene, unrolled: ti.template()) -> vec3:
+    """Tetrahedral differences of the distance: 4 taps in a loop (one inlined SDF copy);
+    `unrolled` (differentiated kernels) inlines four: Taichi's reverse pass of the loop crashed on the cpu."""
     n = vec3(0.0)
-    for k in range(4):
-        # taps (+,-,-), (-,-,+), (-,+,-), (+,+,+): each axis sign from the bits of k
-        sx = 1.0 if (k == 0 or k == 3) else -1.0
-        sy = 1.0 if k >= 2 else -1.0
-        sz = 1.0 if (k == 1 or k == 3) else -1.0
-        sign = vec3(sx, sy, sz)
-        n += sign * scene_sdf(p + sign * e, s).x
+    if ti.static(unrolled):
+        for k in ti.static(range(4)):
+            n += tap_sign(k) * scene_sdf(p + tap_sign(k) * NORMAL_EPS, s, True).x
+    else:
+        for k in range(4):
+            n += tap_sign(k) * scene_sdf(p + tap_sign(k) * NORMAL_EPS, s, False).x
     return n / n.norm()
 
 
@@ -356,7 +395,7 @@ def soft_shadow(ro: vec3, rd: vec3, s: Scene) -> ti.f32:
     t = 0.015
     prev_h = 1e10
     for _ in range(SHADOW_STEPS):
-        hm = scene_sdf(ro + rd * t, s)
+        hm = scene_sdf(ro + rd * t, s, False)
         h = hm.x
         if hm.y != M_BOUND:
             y = h * h / (2.0 * prev_h)
@@ -380,7 +419,7 @@ def ambient_occlusion(p: vec3, n: vec3, s: Scene) -> ti.f32:
     weight = 1.0
     for i in range(5):
         h = 0.012 + 0.04 * ti.cast(i, ti.f32)
-        occ += ti.max(h - scene_sdf(p + n * h, s).x, 0.0) * weight
+        occ += ti.max(h - scene_sdf(p + n * h, s, False).x, 0.0) * weight
         weight *= 0.8
     return ti.math.clamp(1.0 - 2.5 * occ, 0.0, 1.0)
 
@@ -401,7 +440,7 @@ def grid_line(x: ti.f32, width: ti.f32) -> ti.f32:
 
 
 @ti.func
-def material(m: ti.i32, p: vec3, t: ti.f32):
+def material(m: ti.i32, p: vec3, t: ti.f32, s: Scene):
     """Albedo, specular strength and shininess exponent (as a number of squarings)."""
     albedo = vec3(0.5)
     spec = 0.04
@@ -416,14 +455,14 @@ def material(m: ti.i32, p: vec3, t: ti.f32):
         spec = 0.06
         squarings = 5
     elif m == M_TILE:
-        albedo = vec3(0.86, 0.82, 0.72)
+        albedo = s.tile
         spec = 0.05
     elif m == M_LETTER:
-        albedo = vec3(0.72, 0.06, 0.05)
+        albedo = s.letter
         spec = 0.18
         squarings = 6
     elif m == M_PAINT:
-        albedo = vec3(0.9, 0.28, 0.025)
+        albedo = s.paint
         spec = 0.25
         squarings = 6
     elif m == M_JOINT:
@@ -444,21 +483,32 @@ def material(m: ti.i32, p: vec3, t: ti.f32):
 @ti.func
 def shade(p: vec3, rd: vec3, t: ti.f32, s: Scene):
     """Lit colour at a surface point, and its normal."""
-    n = normal_at(p, s)
-    m = ti.cast(scene_sdf(p, s).y, ti.i32)
-    albedo, spec, squarings = material(m, p, t)
-    key = vec3(KEY_DIR)
-    ndl = ti.max(n.dot(key), 0.0)
+    n = normal_at(p, s, False)
+    m = ti.cast(scene_sdf(p, s, False).y, ti.i32)
     shadow = 0.0
-    if ndl > 0.0:
-        shadow = soft_shadow(p + n * 0.002, key, s)
+    if n.dot(s.sun) > 0.0:
+        shadow = soft_shadow(p + n * 0.002, s.sun, s)
     ao = ambient_occlusion(p, n, s)
+    return light(p, rd, t, n, m, shadow, ao, s), n
+
+
+MAX_SQUARINGS = 7  # the highest shininess of `material`, as a number of squarings
+
+
+@ti.func
+def light(p: vec3, rd: vec3, t: ti.f32, n: vec3, m: ti.i32, shadow: ti.f32, ao: ti.f32, s: Scene) -> vec3:
+    """Colour at surface point p (normal n, material m) seen along rd, given its key-light
+    visibility `shadow` and ambient occlusion `ao`: the shading every renderer shares."""
+    albedo, spec, squarings = material(m, p, t, s)
+    key = s.sun
+    ndl = ti.max(n.dot(key), 0.0)
     half = key - rd
-    half = half / half.norm()
+    half = half / length(half)
     ndh = ti.max(n.dot(half), 0.0)
     highlight = ndh
-    for i in range(squarings):  # ndh ** (2 ** squarings) by exact multiplications
-        highlight = highlight * highlight
+    for i in ti.static(range(MAX_SQUARINGS)):  # ndh ** (2 ** squarings) by exact multiplications
+        if i < squarings:
+            highlight = highlight * highlight
     ndv = ti.math.clamp(-n.dot(rd), 0.0, 1.0)
     f1 = 1.0 - ndv
     f2 = f1 * f1
@@ -469,7 +519,7 @@ def shade(p: vec3, rd: vec3, t: ti.f32, s: Scene):
         + vec3(0.35, 0.3, 0.25) * (0.35 * bounce * ao)
     colour = albedo * diffuse + vec3(KEY_COL) * (fresnel * highlight * ndl * shadow) \
         + sky(vec3(rd.x, ti.abs(rd.y), rd.z)) * (0.25 * fresnel * ao)
-    return colour, n
+    return colour
 
 
 @ti.func
@@ -484,6 +534,78 @@ def fog(colour: vec3, rd: vec3, t: ti.f32) -> vec3:
     k = t * 0.045
     f = 1.0 - 1.0 / (1.0 + k * k)
     return lerp(colour, sky(rd), f)
+
+
+@ti.func
+def primary_ray(fwd: vec3, right: vec3, up: vec3, row: ti.i32, col: ti.i32, inv_w: ti.f32, inv_h: ti.f32) -> vec3:
+    """Unit direction through the centre of pixel (row, col) (row 0 at the top)."""
+    u = (ti.cast(col, ti.f32) + 0.5) * inv_w * 2.0 - 1.0
+    v = 1.0 - (ti.cast(row, ti.f32) + 0.5) * inv_h * 2.0
+    rd = fwd + right * u + up * v
+    return rd / rd.norm()
+
+
+EDGE_MAX_PX = 8.0  # local closest approaches farther than this (in pixel footprints) are not edge candidates
+
+
+@ti.dataclass
+class March:
+    """What a primary ray's march found.
+
+    hit, t: whether and where it hit (after REFINE_STEPS more steps); steps: iterations;
+    near_t, near_ratio: its closest approach before any hit, in pixel footprints (the
+    forward renderer's coverage of near misses); edge0, edge1: its two deepest local
+    closest approaches before a hit, as (ratio, bracket lo, bracket hi): the occluding
+    edges the ray passed (the differentiable renderer's silhouettes, hit-to-hit included).
+    """
+    hit: ti.i32
+    t: ti.f32
+    steps: ti.i32
+    near_t: ti.f32
+    near_ratio: ti.f32
+    edge0: vec3
+    edge1: vec3
+
+
+@ti.func
+def march(ro: vec3, rd: vec3, pixel: ti.f32, s: Scene) -> March:
+    """Sphere-trace one primary ray (see `March`)."""
+    out = March(hit=0, t=0.0, steps=0, near_t=0.0, near_ratio=1e9, edge0=vec3(1e9, 0.0, 0.0),
+                edge1=vec3(1e9, 0.0, 0.0))
+    t = 0.0
+    hit = False
+    refined = 0
+    r1, r2, t1, t2 = 1e9, 1e9, 0.0, 0.0  # ratio and t of the previous two steps
+    for i in range(MAX_STEPS):
+        out.steps = i + 1
+        res = scene_sdf(ro + rd * t, s, False)
+        if hit:
+            refined += 1
+        elif res.x < HIT_EPS * t:
+            hit = True
+            refined = 1
+        else:
+            ratio = res.x / (pixel * t + 1e-6)
+            if ratio < out.near_ratio:
+                out.near_ratio = ratio
+                out.near_t = t
+            if r1 < r2 and r1 <= ratio and r1 < EDGE_MAX_PX:  # the previous step was a local closest approach
+                found = vec3(r1, t2, t)
+                if r1 < out.edge0.x:
+                    out.edge1 = out.edge0
+                    out.edge0 = found
+                elif r1 < out.edge1.x:
+                    out.edge1 = found
+            r2, t2 = r1, t1
+            r1, t1 = ratio, t
+        t += res.x
+        if refined == REFINE_STEPS:
+            break
+        if not hit and (t > T_MAX or (rd.y > 0.0 and ro.y + rd.y * t > SCENE_TOP)):  # nothing more to hit
+            break
+    out.hit = 1 if hit else 0
+    out.t = t
+    return out
 
 
 @ti.kernel
@@ -502,55 +624,28 @@ def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dt
         right = vec3(prm[P_CAM_RIGHT], prm[P_CAM_RIGHT + 1], prm[P_CAM_RIGHT + 2])
         up = vec3(prm[P_CAM_UP], prm[P_CAM_UP + 1], prm[P_CAM_UP + 2])
         fwd = vec3(prm[P_CAM_FWD], prm[P_CAM_FWD + 1], prm[P_CAM_FWD + 2])
-        pixel = prm[P_PIXEL]
-        u = (ti.cast(col, ti.f32) + 0.5) * inv_w * 2.0 - 1.0
-        v = 1.0 - (ti.cast(row, ti.f32) + 0.5) * inv_h * 2.0
-        rd = fwd + right * u + up * v
-        rd = rd / rd.norm()
-        # march, remembering the closest approach (in pixel footprints) for edge coverage
-        t = 0.0
-        hit = False
-        n_steps = 0
-        near_ratio = 1e9
-        near_t = 0.0
-        refined = 0
-        for i in range(MAX_STEPS):
-            n_steps = i + 1
-            res = scene_sdf(ro + rd * t, s)
-            if hit:
-                refined += 1
-            elif res.x < HIT_EPS * t:
-                hit = True
-                refined = 1
-            else:
-                ratio = res.x / (pixel * t + 1e-6)
-                if ratio < near_ratio:
-                    near_ratio = ratio
-                    near_t = t
-            t += res.x
-            if refined == REFINE_STEPS:
-                break
-            if not hit and (t > T_MAX or (rd.y > 0.0 and ro.y + rd.y * t > SCENE_TOP)):  # nothing more to hit
-                break
+        rd = primary_ray(fwd, right, up, row, col, inv_w, inv_h)
+        m = march(ro, rd, prm[P_PIXEL], s)
         # shade the hit, or the surface a near miss grazed (blended by the share of the pixel
         # it covers): one shading call site keeps the kernel small
+        t = m.t
         colour = sky(rd)
         n = vec3(0.0)
         d_out = T_MAX
         cover = 1.0
-        if not hit:
-            cover = 1.0 - ti.math.smoothstep(0.0, 1.0, near_ratio)
-            t = near_t
+        if m.hit == 0:
+            cover = 1.0 - ti.math.smoothstep(0.0, 1.0, m.near_ratio)
+            t = m.near_t
         else:
             d_out = t
         if cover > 0.0:
             lit, n_lit = shade(ro + rd * t, rd, t, s)
             colour = lerp(colour, fog(lit, rd, t), cover)
-            if hit:
+            if m.hit != 0:
                 n = n_lit
         colour = tone_map(colour)
         for k in ti.static(range(3)):
             rgb[row, col, k] = colour[k]
             normal[row, col, k] = n[k]
         depth[row, col] = d_out
-        steps[row, col] = n_steps
+        steps[row, col] = m.steps

@@ -36,6 +36,13 @@ def draw(state: AppState, gfx: Gfx) -> None:
         state.commands.append(Command("parity_grad"))
     imgui.end_disabled()
     imgui.set_item_tooltip("the fit's gradients are compared every few seconds while it moves; this compares them now")
+    imgui.same_line()
+    imgui.begin_disabled(view.status != "idle" or not state.invert.ready)
+    if imgui.small_button("compare render gradient"):
+        state.commands.append(Command("render_grad"))
+    imgui.end_disabled()
+    imgui.set_item_tooltip("d loss / d scene parameters of the inverse render at its current parameters, on both "
+                           "backends")
     if view.error:
         imgui.text_colored(colours.ERROR, view.error)
     if view.share_within is None:
@@ -51,6 +58,8 @@ def draw(state: AppState, gfx: Gfx) -> None:
     imgui.set_item_tooltip(view.worst)
     if view.grad_summary:
         imgui.text_wrapped(view.grad_summary)
+    if view.render_grad_summary:
+        imgui.text_wrapped(view.render_grad_summary)
     avail = imgui.get_content_region_avail()
     spacing = imgui.get_style().item_spacing.x
     height = max(avail.y, MIN_PLOT_HEIGHT)

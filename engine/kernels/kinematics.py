@@ -1,0 +1,113 @@
+"""Scene parameters theta and their forward kinematics to the renderer's `Scene`, on the device.
+
+theta is one flat float vector (layout `T_*` below; names and groups in
+`engine.scene_theta`): the arm's joint angles (base yaw, shoulder, elbow, wrist pitch;
+radians) and its gripper opening (metres: each finger's offset from the tool axis), the
+moving letter tile's pose (centre x, y, z; yaw about +y and tilt about its own x axis,
+radians: rotation rot_y(yaw) rot_x(tilt)), the albedos of the arm's paint, the tiles and
+the letters (RGB), and the sun's azimuth and elevation (radians).
+
+`scene_from_theta` is straight-line code (sin/cos of the angles, products and sums), so
+Taichi differentiates it: the differentiable renderer calls it per pixel inside its taped
+kernel, and the chain theta -> joint positions -> distances -> image is one reverse pass.
+It uses the device's sin/cos, which round differently on LLVM and SPIR-V (last bits);
+that is acceptable here because the differentiable path's parity goal is 1e-3 relative.
+The forward renderer (`raymarch.render`) never calls it: its kinematics run on the host
+(app.scenes.robot_arm) and it keeps its transcendental-free bit parity.
+"""
+import taichi as ti
+
+from engine.kernels.raymarch import P_ALBEDO, P_BASE, P_ELBOW, P_GRIP, P_SHOULDER, P_SUN, P_TILE_POS, \
+    P_TILE_ROT, P_TOOL, P_WRIST, Scene
+from engine.scene_layout import (BASE_XZ, FORE, N_THETA, SHOULDER, T_ELBOW, T_GRIP, T_LETTER, T_PAINT,  # the arm's geometry,
+                                 T_SHOULDER, T_SUN_AZIMUTH, T_SUN_ELEVATION, T_TILE, T_TILE_POS, T_TILE_TILT,  # theta's layout
+                                 T_TILE_YAW, T_WRIST, T_YAW, UPPER)
+
+vec2 = ti.math.vec2
+vec3 = ti.math.vec3
+
+
+
+@ti.func
+def theta_vector(theta: ti.template()):
+    """theta (a field of N_THETA) as a local vector."""
+    return ti.Vector([theta[j] for j in ti.static(range(N_THETA))])
+
+
+@ti.func
+def theta_row(theta: ti.template(), row: ti.i32):
+    """Row `row` of a (rows, N_THETA) field as a local vector."""
+    return ti.Vector([theta[row, j] for j in ti.static(range(N_THETA))])
+
+
+@ti.func
+def scene_from_theta(v) -> Scene:
+    """Forward kinematics: theta (vector of N_THETA) -> the renderer's per-frame Scene.
+
+    Joint positions in the arm plane: elbow = shoulder + UPPER (cos a1, sin a1),
+    wrist = elbow + FORE (cos a2, sin a2), tool direction (cos a3, sin a3), with
+    a1 = shoulder, a2 = a1 + elbow, a3 = a2 + wrist (each joint relative to the last).
+    """
+    s = Scene()
+    yaw = v[T_YAW]
+    s.base = ti.math.vec4(BASE_XZ[0], BASE_XZ[1], ti.cos(yaw), ti.sin(yaw))
+    a1 = v[T_SHOULDER]
+    a2 = a1 + v[T_ELBOW]
+    a3 = a2 + v[T_WRIST]
+    s.shoulder = vec2(SHOULDER[0], SHOULDER[1])
+    s.elbow = s.shoulder + UPPER * vec2(ti.cos(a1), ti.sin(a1))
+    s.wrist = s.elbow + FORE * vec2(ti.cos(a2), ti.sin(a2))
+    s.tool = vec2(ti.cos(a3), ti.sin(a3))
+    s.grip = v[T_GRIP]
+    s.tile_pos = vec3(v[T_TILE_POS], v[T_TILE_POS + 1], v[T_TILE_POS + 2])
+    c, sn = ti.cos(v[T_TILE_YAW]), ti.sin(v[T_TILE_YAW])
+    cb, sb = ti.cos(v[T_TILE_TILT]), ti.sin(v[T_TILE_TILT])
+    # world -> tile: the transpose of rot_y(yaw) rot_x(tilt)
+    s.tile_rot = ti.math.mat3([[c, 0.0, -sn], [sn * sb, cb, c * sb], [sn * cb, -sb, c * cb]])
+    s.paint = vec3(v[T_PAINT], v[T_PAINT + 1], v[T_PAINT + 2])
+    s.tile = vec3(v[T_TILE], v[T_TILE + 1], v[T_TILE + 2])
+    s.letter = vec3(v[T_LETTER], v[T_LETTER + 1], v[T_LETTER + 2])
+    ce, se = ti.cos(v[T_SUN_ELEVATION]), ti.sin(v[T_SUN_ELEVATION])
+    s.sun = vec3(ce * ti.sin(v[T_SUN_AZIMUTH]), se, ce * ti.cos(v[T_SUN_AZIMUTH]))
+    return s
+
+
+@ti.kernel
+def kinematics(theta: ti.template(), prm: ti.template()):
+    """prm[P_BASE:N_PARAMS] = the packed Scene of theta (layout `raymarch.P_*`; the camera slots untouched).
+
+    The forward kinematics alone, for tests (gradchecks, and equality with the host's
+    packing of the same pose) and for anyone who wants the joint positions on the device.
+    """
+    for _ in range(1):
+        s = scene_from_theta(theta_vector(theta))
+        for j in ti.static(range(4)):
+            prm[P_BASE + j] = s.base[j]
+        for j in ti.static(range(2)):
+            prm[P_SHOULDER + j] = s.shoulder[j]
+            prm[P_ELBOW + j] = s.elbow[j]
+            prm[P_WRIST + j] = s.wrist[j]
+            prm[P_TOOL + j] = s.tool[j]
+        prm[P_GRIP] = s.grip
+        for j in ti.static(range(3)):
+            prm[P_TILE_POS + j] = s.tile_pos[j]
+            prm[P_ALBEDO + j] = s.paint[j]
+            prm[P_ALBEDO + 3 + j] = s.tile[j]
+            prm[P_ALBEDO + 6 + j] = s.letter[j]
+            prm[P_SUN + j] = s.sun[j]
+            for k in ti.static(range(3)):
+                prm[P_TILE_ROT + 3 * j + k] = s.tile_rot[j, k]
+
+
+@ti.kernel
+def mask_gradient(theta: ti.template(), mask: ti.template()):
+    """theta.grad *= mask: frozen components (mask 0) take no optimiser step."""
+    for j in range(N_THETA):
+        theta.grad[j] *= mask[j]
+
+
+@ti.kernel
+def clamp_theta(theta: ti.template(), lo: ti.template(), hi: ti.template()):
+    """theta clamped into [lo, hi] component by component (projected steps: joint and material limits)."""
+    for j in range(N_THETA):
+        theta[j] = ti.math.clamp(theta[j], lo[j], hi[j])

@@ -1,0 +1,284 @@
+"""The differentiable render of the robot-arm scene: march untaped, hold points, differentiate at them.
+
+Taichi's reverse mode cannot go through a march (`while`/`break` are refused; a fixed
+`for` with an `if` crashed the cpu backward and gave silently wrong gradients on vulkan,
+measured), and a taped kernel with the scene SDF inlined at its six call sites took tens
+of minutes to compile its adjoint here. So the image is computed from *held points*,
+with every function shared with the forward renderer (`engine.kernels.raymarch`: SDFs,
+normals, materials, `light`, sky, fog, tone curve; `engine.kernels.kinematics`: theta ->
+Scene), in kernels of which only one evaluates the SDF under the tape:
+
+1. `hold` (untaped) marches each pixel's ray (`raymarch.march`) and holds, per *slot*,
+   a point to shade. Layer 0 of pixel px (slot px) is the ray's hit; layers 1..N_LAYERS-1
+   (slots k * n_px + px) are the ray's deepest local closest approaches before its hit
+   (or miss), refined by golden-section search: the occluding edges it grazed, against
+   the sky or against a surface behind (hit-to-hit silhouettes). For each active slot it
+   holds N_SAMPLES sample points: the shaded point p0, the four normal taps around it,
+   and the shadow ray's closest approach to an occluder q (golden-section refined), plus
+   the material, the ambient occlusion and the shadow ray's parameter.
+2. `sdf_samples` (launched once per sample index j) evaluates the scene SDF at the held
+   points as a function of theta: the one differentiated SDF call site. Run untaped, its
+   values serve the taped pass too, and its adjoint with unit seeds gives the exact spatial
+   gradient at every held point (`hold_gradients`); on the tape it is a custom step whose
+   backward is that adjoint (Taichi's), seeded by shade_slots'.
+3. `shade_slots` (taped, no SDF) moves the held points with theta to first order, using
+   those held spatial gradients: the hit by one Newton step t' = t - f(p0) / (grad f . d)
+   (value t, derivative -(df/dtheta) / (grad f . d): implicit differentiation), the taps
+   with it (the surface point slides as the scene moves), the normal from the taps, the
+   shadow point q(theta) = p' + 0.002 n + s L; f(q) ~ f(q_held) + grad f . (q - q_held).
+   The shadow is the penumbra k f(q) / s at the held closest approach (envelope theorem),
+   the edge ratio f(p0) / (pixel footprint) (envelope theorem), then `light` and fog.
+4. `engine.kernels.softmin.soft_min_layers` combines the edge layers; `compose` blends
+   them over the hit (or the sky) by the soft coverage 1 - smoothstep(r / edge_px) and
+   tone-maps.
+
+Held constant (no gradient): each slot's material (a discrete choice) and ambient
+occlusion (measured in docs/DESIGN.md). The first-order moves are exact in value to
+O(|moves|^2) (the Newton step is ~1e-5 m after the march's refinement) and exact in
+derivative at the current theta.
+
+Reading theta per slot: every slot reads its own row of `theta_slots` (a broadcast copy
+of theta, `engine.kernels.reduce.broadcast_rows`), so Taichi's generated adjoints add
+each slot's parameter gradient into that slot's own row (no atomics shared between
+threads), and the broadcast's adjoint sums the rows in a fixed order: the parameter
+gradient is bit-identical run to run.
+
+Taichi facts this file is shaped by (1.7.4, measured): a dynamic loop in a differentiated
+kernel gives wrong gradients or crashes, so taped kernels use `unrolled` scene functions
+and static loops only; a statement before the top-level `for` of a taped kernel is
+refused; sizes are runtime arguments and fields are allocated at their maximum size, so
+one compile serves every resolution.
+"""
+import taichi as ti
+
+from engine.kernels.kinematics import scene_from_theta, theta_row, theta_vector
+from engine.kernels.raymarch import (M_BOUND, NORMAL_EPS, SHADOW_STEPS, SCENE_TOP, Scene, ambient_occlusion, fog,
+                                     length, lerp, light, march, normal_at, primary_ray, scene_sdf, sky, tap_sign, tone_map)
+
+vec3 = ti.math.vec3
+
+N_LAYERS = 3  # slot layers per pixel: the hit, then two edge layers
+N_SAMPLES = 6  # held sample points per slot: the shaded point, four normal taps, the shadow point
+S_POINT, S_TAP0, S_SHADOW = 0, 1, 5
+N_CAM = 13  # camera values: position, right, up, forward (3 each, `raymarch.P_CAM_*` layout), pixel size
+GOLDEN_STEPS = 16  # golden-section steps refining a closest approach (bracket x 0.618^16 = 4.6e-4)
+GOLDEN = 0.6180339887498949
+PENUMBRA = 10.0  # soft-shadow sharpness: shadow = smoothstep(clamp(PENUMBRA * distance / t))
+SHADOW_START = 0.015  # the shadow ray starts this far from its origin (p + 0.002 n), as in raymarch.soft_shadow
+SHADOW_OFFSET = 0.002
+MIN_GRAZING = 0.05  # |n . d| of the Newton step is held at least this (grazing hits: dt/dtheta ~ 1 / (n . d))
+FAR_RATIO = 1e9  # objective value of a bound's distance (not a surface) in closest-approach searches
+# A closest approach is refined (and held) when the best march step comes within this factor of the
+# threshold that matters (edge width, full penumbra): the refined minimum lies below the best step, so
+# deciding on the step alone would switch an edge or a shadow on abruptly as theta moves.
+REFINE_MARGIN = 2.0
+
+
+@ti.func
+def camera_ray(cam: ti.template(), px: ti.i32, width: ti.i32, height: ti.i32):
+    """Origin, unit direction and pixel footprint (radians) of pixel px (row-major) of a width x height image."""
+    row = px // width
+    col = px - row * width
+    ro = vec3(cam[0], cam[1], cam[2])
+    right = vec3(cam[3], cam[4], cam[5])
+    up = vec3(cam[6], cam[7], cam[8])
+    fwd = vec3(cam[9], cam[10], cam[11])
+    rd = primary_ray(fwd, right, up, row, col, 1.0 / ti.cast(width, ti.f32), 1.0 / ti.cast(height, ti.f32))
+    return ro, rd, cam[12]
+
+
+@ti.func
+def closeness(ro: vec3, rd: vec3, t: ti.f32, a: ti.f32, b: ti.f32, s: Scene) -> ti.f32:
+    """Distance at ro + t rd over (a t + b): in pixel footprints for primary rays, the penumbra ratio for shadows."""
+    h = scene_sdf(ro + rd * t, s, False)
+    r = h.x / (a * t + b)
+    if h.y == M_BOUND:
+        r = FAR_RATIO
+    return r
+
+
+@ti.func
+def golden_closest(ro: vec3, rd: vec3, a: ti.f32, b: ti.f32, lo: ti.f32, hi: ti.f32, s: Scene) -> ti.f32:
+    """t in [lo, hi] minimising `closeness` (golden-section search; one SDF call site)."""
+    x1 = hi - GOLDEN * (hi - lo)
+    x2 = lo + GOLDEN * (hi - lo)
+    f1 = 0.0
+    f2 = 0.0
+    for k in range(GOLDEN_STEPS + 2):
+        left = f1 < f2
+        x = x1
+        if k == 1:
+            x = x2
+        elif k >= 2:
+            if left:  # the minimum lies in [lo, x2]
+                hi, x2, f2 = x2, x1, f1
+                x = hi - GOLDEN * (hi - lo)
+            else:
+                lo, x1, f1 = x1, x2, f2
+                x = lo + GOLDEN * (hi - lo)
+        fx = closeness(ro, rd, x, a, b, s)
+        if k == 0 or (k >= 2 and left):
+            x1, f1 = x, fx
+        else:
+            x2, f2 = x, fx
+    best = x2
+    if f1 < f2:
+        best = x1
+    return best
+
+
+@ti.func
+def shadow_closest(ro: vec3, rd: vec3, s: Scene) -> ti.f32:
+    """The shadow ray's closest approach to an occluder: t minimising distance / t, or 0 when unoccluded.
+
+    Steps as `raymarch.soft_shadow` does (bounds skipped), keeps the best step and its
+    neighbours, then refines by golden-section search."""
+    t = SHADOW_START
+    best, best_lo, best_hi = FAR_RATIO, 0.0, 0.0
+    prev_t = t
+    pending = False  # the best step's right neighbour is the next step
+    for _ in range(SHADOW_STEPS):
+        hm = scene_sdf(ro + rd * t, s, False)
+        if pending:
+            best_hi = t
+            pending = False
+        if hm.y != M_BOUND and hm.x / t < best:
+            best, best_lo, pending = hm.x / t, prev_t, True
+        prev_t = t
+        t += ti.math.clamp(hm.x, 0.01, 0.5)
+        if PENUMBRA * best < 0.001 or t > 8.0 or ro.y + rd.y * t > SCENE_TOP:
+            break
+    if pending:
+        best_hi = t
+    out = 0.0
+    if PENUMBRA * best < REFINE_MARGIN:  # the refined minimum can be lower than the best step: refine near misses too
+        out = golden_closest(ro, rd, 1.0, 0.0, best_lo, best_hi, s)
+    return out
+
+
+@ti.func
+def penumbra(ratio: ti.f32) -> ti.f32:
+    res = ti.math.clamp(PENUMBRA * ratio, 0.0, 1.0)
+    return res * res * (3.0 - 2.0 * res)
+
+
+@ti.kernel
+def hold(theta: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, edge_px: ti.f32,
+         active: ti.template(), held_t: ti.template(), held_mat: ti.template(), held_ao: ti.template(),
+         held_shadow: ti.template(), points: ti.template()):
+    """Untaped: march every pixel and hold its slots (see the module docstring). edge_px: the widest edge
+    (in pixel footprints) that still gets a layer. held_shadow: the shadow ray's parameter s at its
+    closest approach (0: nothing shadows; -1: the sample there is a bound, not a surface)."""
+    ti.loop_config(block_dim=128)
+    for px in range(width * height):
+        s = scene_from_theta(theta_vector(theta))
+        ro, rd, pixel = camera_ray(cam, px, width, height)
+        m = march(ro, rd, pixel, s)
+        n_px = width * height
+        for layer in range(N_LAYERS):  # a dynamic loop: one inlined copy of the hold below
+            slot = layer * n_px + px
+            on = m.hit != 0
+            t = m.t
+            if layer > 0:
+                edge = m.edge0
+                if layer == 2:
+                    edge = m.edge1
+                on = edge.x < edge_px * REFINE_MARGIN  # (see REFINE_MARGIN)
+                if on:
+                    t = golden_closest(ro, rd, pixel, 1e-6, edge.y, edge.z, s)
+            active[slot] = 1 if on else 0
+            if on:
+                p = ro + rd * t
+                n = normal_at(p, s, False)
+                held_t[slot] = t
+                held_mat[slot] = ti.cast(scene_sdf(p, s, False).y, ti.i32)
+                held_ao[slot] = ambient_occlusion(p, n, s)
+                points[slot, S_POINT] = p
+                for k in ti.static(range(4)):
+                    points[slot, S_TAP0 + k] = p + tap_sign(k) * NORMAL_EPS
+                sh = 0.0
+                q = p
+                if n.dot(s.sun) > 0.0:
+                    sh = shadow_closest(p + n * SHADOW_OFFSET, s.sun, s)
+                    q = p + n * SHADOW_OFFSET + s.sun * sh
+                    if sh > 0.0 and scene_sdf(q, s, False).y == M_BOUND:
+                        sh = -1.0
+                held_shadow[slot] = sh
+                points[slot, S_SHADOW] = q
+
+
+@ti.kernel
+def sdf_samples(theta_slots: ti.template(), points: ti.template(), active: ti.template(), held_shadow: ti.template(),
+                n_slots: ti.i32, j: ti.i32, values: ti.template()):
+    """values[slot, j] += scene distance at held point j of every active slot, from its row of theta
+    (the shadow point only where something shadows).
+
+    The one differentiated SDF call site, launched once per sample index j (values zeroed
+    first, so the launches only accumulate); its adjoint is what the tape replays."""
+    ti.loop_config(block_dim=64)
+    for slot in range(n_slots):
+        if active[slot] != 0 and (j != S_SHADOW or held_shadow[slot] > 0.0):
+            s = scene_from_theta(theta_row(theta_slots, slot))
+            values[slot, j] += scene_sdf(points[slot, j], s, True).x
+
+
+@ti.kernel
+def seed_samples(values: ti.template(), n_slots: ti.i32):
+    """values.grad = 1 on every sample: the untaped adjoint of sdf_samples then leaves grad f in points.grad."""
+    for slot, j in ti.ndrange(n_slots, values.shape[1]):
+        values.grad[slot, j] = 1.0
+
+
+@ti.kernel
+def hold_gradients(points: ti.template(), n_slots: ti.i32, held_grad: ti.template()):
+    """held_grad = points.grad: the spatial gradient of the SDF at every held point (see seed_samples)."""
+    for slot, j in ti.ndrange(n_slots, points.shape[1]):
+        held_grad[slot, j] = points.grad[slot, j]
+
+
+@ti.kernel
+def shade_slots(theta_slots: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, n_slots: ti.i32,
+                active: ti.template(), held_t: ti.template(), held_mat: ti.template(), held_ao: ti.template(),
+                held_shadow: ti.template(), points: ti.template(), held_grad: ti.template(),
+                values: ti.template(), colour: ti.template(), ratio: ti.template()):
+    """Taped: colour (lit, fogged) and edge ratio of every active slot, from its samples (module docstring, 3.)."""
+    ti.loop_config(block_dim=64)
+    for slot in range(n_slots):
+        if active[slot] != 0:
+            n_px = width * height
+            layer = slot // n_px
+            s = scene_from_theta(theta_row(theta_slots, slot))
+            ro, rd, pixel = camera_ray(cam, slot - layer * n_px, width, height)
+            t0 = held_t[slot]
+            f0 = values[slot, S_POINT]
+            g = ti.min(held_grad[slot, S_POINT].dot(rd), -MIN_GRAZING)
+            delta = ti.select(layer == 0, -f0 / g, 0.0)  # hits: one Newton step along the ray; edges: held
+            ratio[slot] = f0 / (pixel * t0 + 1e-6)
+            t = t0 + delta
+            p = points[slot, S_POINT] + rd * delta
+            n = vec3(0.0)
+            for k in ti.static(range(4)):  # the taps slide with the surface point
+                tap = values[slot, S_TAP0 + k] + held_grad[slot, S_TAP0 + k].dot(rd) * delta
+                n += tap_sign(k) * tap
+            n = n / length(n)
+            shadow = 1.0
+            s_t = held_shadow[slot]
+            if s_t > 0.0:
+                moved = p + n * SHADOW_OFFSET + s.sun * s_t - points[slot, S_SHADOW]
+                occluder = values[slot, S_SHADOW] + held_grad[slot, S_SHADOW].dot(moved)
+                shadow = penumbra(occluder / s_t)
+            c = light(p, rd, t, n, held_mat[slot], shadow, held_ao[slot], s)
+            colour[slot] = fog(c, rd, t)
+
+
+@ti.kernel
+def compose(colour: ti.template(), active: ti.template(), soft_ratio: ti.template(), soft_colour: ti.template(),
+            cam: ti.template(), width: ti.i32, height: ti.i32, edge_px: ti.f32, image: ti.template()):
+    """Taped: image[px] = tone_map(hit colour or sky, with the edge colour blended over by its soft coverage)."""
+    for px in range(width * height):
+        ro, rd, pixel = camera_ray(cam, px, width, height)
+        base = sky(rd)
+        if active[px] != 0:
+            base = colour[px]
+        cover = 1.0 - ti.math.smoothstep(0.0, 1.0, soft_ratio[px] / edge_px)
+        image[px] = tone_map(lerp(base, soft_colour[px], cover))

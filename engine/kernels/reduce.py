@@ -1,0 +1,65 @@
+"""Fixed-order reductions with their adjoints: sums that give the same bits every run.
+
+Float atomics into one address add in thread-schedule order, so their last bits change
+from run to run (and many threads adding into a few addresses also serialise on them).
+These kernels add in an order fixed by the indices: blocks of BLOCK consecutive values
+in parallel, each left to right, then the block sums in index order. Sizes are runtime
+arguments (`n`), so one compiled kernel serves every image size up to its fields' size.
+
+- `broadcast_rows(src, n, dst, partial)`: dst[i, :] = src[:] for i < n. Its adjoint sums
+  dst.grad over the rows into src.grad, in a fixed order: how a differentiated kernel
+  gives every thread its own copy of the parameters (one gradient row each, no atomics
+  shared between threads) and still gets one bit-reproducible parameter gradient.
+- `sum_into(values, n, weight, partial, total)`: total += weight * sum(values[:n]).
+"""
+import taichi as ti
+
+from engine.autodiff.custom import custom_adjoint
+
+BLOCK = 256
+
+
+@ti.kernel
+def broadcast_rows(src: ti.template(), n: ti.i32, dst: ti.template(), partial: ti.template()):
+    """dst[i, j] = src[j] for i < n. `partial` ((n + BLOCK - 1) // BLOCK rows at least) is the adjoint's scratch."""
+    for i, j in ti.ndrange(n, src.shape[0]):
+        dst[i, j] = src[j]
+
+
+@custom_adjoint(broadcast_rows)
+@ti.kernel
+def broadcast_rows_adjoint(src: ti.template(), n: ti.i32, dst: ti.template(), partial: ti.template()):
+    """src.grad[j] += dst.grad[0, j] + ... + dst.grad[n-1, j], in blocks of BLOCK rows, blocks in order."""
+    for b, j in ti.ndrange((n + BLOCK - 1) // BLOCK, src.shape[0]):
+        acc = dst.grad[b * BLOCK, j] * 0.0
+        for i in range(b * BLOCK, ti.min((b + 1) * BLOCK, n)):
+            acc += dst.grad[i, j]
+        partial[b, j] = acc
+    for j in range(src.shape[0]):
+        acc = src.grad[j] * 0.0
+        for b in range((n + BLOCK - 1) // BLOCK):
+            acc += partial[b, j]
+        src.grad[j] += acc
+
+
+@ti.kernel
+def sum_into(values: ti.template(), n: ti.i32, weight: ti.f64, partial: ti.template(), total: ti.template()):
+    """total[None] += weight * (values[0] + ... + values[n-1]), accumulated in total's precision.
+
+    `partial` holds at least (n + BLOCK - 1) // BLOCK block sums."""
+    for b in range((n + BLOCK - 1) // BLOCK):
+        acc = ti.cast(0.0, total.dtype)
+        for i in range(b * BLOCK, ti.min((b + 1) * BLOCK, n)):
+            acc += ti.cast(values[i], total.dtype)
+        partial[b] = acc
+    ti.loop_config(serialize=True)
+    for b in range((n + BLOCK - 1) // BLOCK):
+        total[None] += ti.cast(weight, total.dtype) * partial[b]
+
+
+@custom_adjoint(sum_into)
+@ti.kernel
+def sum_into_adjoint(values: ti.template(), n: ti.i32, weight: ti.f64, partial: ti.template(), total: ti.template()):
+    """values.grad[i] += weight * total.grad for i < n."""
+    for i in range(n):
+        values.grad[i] += ti.cast(weight * total.grad[None], values.dtype)
