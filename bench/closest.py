@@ -1,65 +1,116 @@
-"""`python -m app bench closest`: closest-point queries per second, ours against Warp's wp.Mesh and Open3D.
+"""`python -m app bench closest`: closest-point queries against the fastest libraries, same meshes, same points.
 
-Options: [--arch A] [--repeats R] [--leaf-size L] [--no-warp] [--no-open3d].
+Options: [--arch A] [--repeats R] [--meshes M,...] [--sizes N,...] [--fcpw-simd DIR]
+[--no-fcpw-simd] [--no-fcpw] [--no-open3d] [--no-warp] [--no-libigl] [--leaf-size L]
 
-Mesh: the 20,480-triangle icosphere (engine.meshgen.icosphere(5)). Queries: 128,
-1,024 and 16,384 points uniform in [-2, 2]^3 (seeded). Ours: `TriangleBVH.query`
-(one launch per batch); Warp: `wp.Mesh` + `wp.mesh_query_point_no_sign` on the same
-mesh and points, in the same process on the same device (Warp has no Vulkan backend:
-with --arch vulkan only ours is timed); with --arch cpu also Open3D's Embree-based
-`RaycastingScene.compute_closest_points` (all threads; optional: `pip install -e '.[open3d]'`).
+Sides: ours (`TriangleBVH.query`, one call per batch); fcpw built with its SIMD path
+(`_fcpwsimd` from --fcpw-simd DIR or $SHANNON_FCPW_SIMD; a line says when it is absent);
+fcpw from PyPI (no SIMD); Open3D's Embree `RaycastingScene` (optional extra); Warp's
+`wp.Mesh` (also on cuda); libigl's float64 `AABB` (also the correctness oracle). Peers
+other than Warp run on the CPU only: with --arch vulkan/cuda they are left out, with a line.
 
-Before timing, every batch is validated: our squared distances equal the brute-force
-kernel's (first 1,024 points, 1e-6 relative: the same arithmetic) and each peer's (every
-point: distances within 1e-6 x max(1, distance); the peers evaluate the closest point with
-different float32 arithmetic, and near the surface squared distances lose relative
-precision to cancellation on both sides), with no misses and no stack overflows.
-Timing: each repetition launches a batch enough times to last ~0.2 s and
-synchronises once at the end; ours and the peers alternate repetition by repetition
-so all see the same machine load; the median repetition is reported,
-as wall-clock throughput and as process CPU time per query (all threads summed: the
-work per query, which other processes' load barely changes).
-Build: ours is `TriangleBVH.rebuild()` (host median-split sort, upload, device
-refit), Warp's is the `wp.Mesh` constructor, Open3D's a new scene and its first query
-(Embree commits lazily); refit: `refit()` (Open3D has none).
+Cells (bench/closest_data.py): the 20,480-triangle icosphere with points uniform in [-2, 2]^3;
+spot split to 254,080 and 1,016,320 triangles with points near the surface (noise 1 % of
+the box diagonal) and far (uniform in the box grown 2x); 128, 1,024, 16,384 and 262,144
+points per batch, seeded.
+
+Validation before any time is printed: every side's distances agree with libigl's float64
+distances within ORACLE_TOL x the box diagonal, every point answered; ours also equals the
+brute-force kernel (squared distances, 1e-6 relative) on the first points of each batch,
+with no stack overflow. A side that disagrees stops the run.
+Timing: each repetition calls a side's batch query enough times to last ~0.2 s (at least
+once) and synchronises once; the sides alternate within every repetition so all see the same
+machine load. Reported: the median throughput over the repetitions and its spread
+((max - min) / median), process CPU time per query (every thread of this process summed:
+the work per query, which other processes' load barely changes) and CPU / wall (the
+threads a side kept busy). Build: ours is `TriangleBVH.rebuild()` (median splits and refit, all
+on the device, from the resident vertex field), Warp's the `wp.Mesh`
+constructor, Open3D's a new scene and its first query (Embree commits lazily), fcpw's
+`build`, libigl's `AABB.init`; refit: ours `refit()`, Warp's and fcpw's `refit()`.
+One query: a one-point call from numpy to numpy (ours: `closest_points`), icosphere.
 """
 from __future__ import annotations
 
 import math
 import statistics
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from bench import bench_parser, emit, machine_load
+from bench.closest_data import MESHES, cases, diagonal, mesh_named, queries
 from engine.errors import UserError
 
-SIZES = (128, 1024, 16384)
-BRUTE_CHECK = 1024  # points per batch checked against the brute-force oracle
+SIZES = (128, 1024, 16384, 262144)
+PEERS = ("fcpw-simd", "fcpw", "Open3D", "Warp", "libigl")
+CPU_ONLY = ("fcpw-simd", "fcpw", "Open3D", "libigl")
+ORACLE = "libigl"
+ORACLE_TOL = 1e-6  # distance error allowed against libigl's float64 answers, times the box diagonal
+BRUTE_TESTS = 1 << 27  # point-triangle tests the brute-force check may spend per batch
+BRUTE_REL = 1e-6
 WARP_DEVICE = {"cpu": "cpu", "cuda": "cuda:0"}
-TARGET_S = 0.2  # per repetition
+TARGET_S = 0.2  # per side and repetition
+ONE_QUERY_S = 0.05  # per side and repetition of the one-query timing
 
 
-def _rel_err(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.max(np.abs(a - b) / np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-30)))
+class Ours:
+    """`TriangleBVH` behind the peers' interface (build, refit, load, query, results, synchronize)."""
+
+    def __init__(self, vertices: np.ndarray, faces: np.ndarray, leaf_size: int | None) -> None:
+        import taichi as ti
+
+        from engine.triangle_bvh import DEFAULT_LEAF_SIZE, TriangleBVH
+
+        self.sync = ti.sync
+        self.bvh = TriangleBVH.build(vertices, faces, leaf_size=leaf_size or DEFAULT_LEAF_SIZE)
+        self.buffers: dict[int, Any] = {}
+        self.threads = ti.lang.impl.current_cfg().cpu_max_num_threads
+
+    def build(self) -> None:
+        self.bvh.rebuild()
+
+    def refit(self) -> None:
+        self.bvh.refit()
+
+    def load(self, points: np.ndarray) -> None:
+        from engine.triangle_bvh import QueryBuffers
+
+        buffers = self.buffers.get(len(points)) or QueryBuffers(len(points))
+        buffers.load(points)
+        self.buffers[len(points)] = buffers
+
+    def query(self, n: int) -> None:
+        b = self.buffers[n]
+        self.bvh.query(b.points, b.face, b.bary, b.point, b.dist2, n)
+
+    def results(self, n: int) -> dict[str, np.ndarray]:
+        self.bvh.check_overflow()
+        return self.buffers[n].results(n)
+
+    def one_call(self, point: np.ndarray) -> dict[str, np.ndarray]:
+        return self.bvh.closest_points(point)
+
+    def synchronize(self) -> None:
+        self.sync()
+
+    def destroy(self) -> None:
+        for buffers in self.buffers.values():
+            buffers.group.destroy()
+        self.bvh.destroy()
 
 
-def _distance_err(dist2_a: np.ndarray, dist2_b: np.ndarray) -> float:
-    """max |d_a - d_b| / max(1, d) over the points, d the distance (the mesh is ~1 across)."""
-    a, b = np.sqrt(np.asarray(dist2_a, np.float64)), np.sqrt(np.asarray(dist2_b, np.float64))
-    return float(np.max(np.abs(a - b) / np.maximum(1.0, np.maximum(a, b))))
+def one_call(side: Any, point: np.ndarray) -> dict[str, np.ndarray]:
+    """A one-point query as a caller makes it, numpy in and numpy out (a side's own one-point call if it has one)."""
+    if hasattr(side, "one_call"):
+        return side.one_call(point)
+    side.load(point)
+    side.query(1)
+    return side.results(1)
 
 
-def _timed(run: Callable[[], None], sync: Callable[[], None], calls: int) -> float:
-    """Wall seconds per call of `run`, over `calls` calls and one synchronisation."""
-    return _timed_both(run, sync, calls)[0]
-
-
-def _timed_both(run: Callable[[], None], sync: Callable[[], None], calls: int) -> tuple[float, float]:
-    """(wall, process CPU) seconds per call of `run`: CPU time sums every thread of this
-    process, so it measures work per query even when other processes load the machine."""
+def _timed(run: Callable[[], None], sync: Callable[[], None], calls: int) -> tuple[float, float]:
+    """(wall, process CPU) seconds per call of `run`, over `calls` calls and one synchronisation."""
     sync()
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(calls):
@@ -68,145 +119,243 @@ def _timed_both(run: Callable[[], None], sync: Callable[[], None], calls: int) -
     return (time.perf_counter() - wall) / calls, (time.process_time() - cpu) / calls
 
 
-def _calls_for(run: Callable[[], None], sync: Callable[[], None]) -> int:
-    once = _timed(run, sync, 1)
-    return max(1, min(2000, math.ceil(TARGET_S / max(once, 1e-7))))
+def _calls_for(run: Callable[[], None], sync: Callable[[], None], seconds: float = TARGET_S) -> int:
+    once = _timed(run, sync, 1)[0]
+    return max(1, min(5000, math.ceil(seconds / max(once, 1e-7))))
 
 
-def _peers(vertices: np.ndarray, faces: np.ndarray, arch: str, wanted: set[str]) -> dict:
-    """The peers that can run beside ours here, by display name; one line for each that cannot."""
-    peers = {}
-    if "warp" in wanted:
-        if arch not in WARP_DEVICE:
-            print(f"warp: no {arch} backend; not timed")
-        else:
-            try:
-                from bench.closest_warp import WarpMesh
-            except ImportError as exc:
-                print(f"warp: not importable ({exc}); not timed (pip install warp-lang)")
-            else:
-                peers["Warp"] = WarpMesh(vertices, faces, WARP_DEVICE[arch])
-    if "open3d" in wanted:
-        if arch != "cpu":
-            print(f"open3d: runs on the CPU only; not timed beside ours on {arch} (use --arch cpu)")
-        else:
-            try:
+def _median_spread(values: list[float]) -> tuple[float, float]:
+    """The median and (max - min) / median of repeated measurements."""
+    median = statistics.median(values)
+    return median, (max(values) - min(values)) / median if median > 0 else 0.0
+
+
+def _alternating(runs: dict[str, tuple[Callable, Callable]], repeats: int, progress,
+                 seconds: float = TARGET_S) -> dict[str, list[tuple[float, float]]]:
+    """Per side, `repeats` (wall, cpu) seconds per call; the sides take turns in every repetition."""
+    calls = {name: _calls_for(run, sync, seconds) for name, (run, sync) in runs.items()}
+    times: dict[str, list] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, (run, sync) in runs.items():
+            times[name].append(_timed(run, sync, calls[name]))
+        progress.update(1)
+    return times
+
+
+def _distance_err(dist2: np.ndarray, oracle: np.ndarray, scale: float) -> float:
+    """max |d - d_oracle| / scale over the points."""
+    return float(np.max(np.abs(np.sqrt(np.asarray(dist2, np.float64)) - np.sqrt(oracle)))) / scale
+
+
+def _peers(vertices: np.ndarray, faces: np.ndarray, arch: str, wanted: set[str], simd_path: str | None,
+           absent: dict[str, str]) -> dict[str, Any]:
+    """The peers that can run beside ours here, by name; `absent` gets a reason for each that cannot."""
+    peers: dict[str, Any] = {}
+    for name in PEERS:
+        if name not in wanted:
+            continue
+        if name in CPU_ONLY and arch != "cpu":
+            absent[name] = f"runs on the CPU only; not timed beside ours on {arch} (use --arch cpu)"
+            continue
+        try:
+            if name in ("fcpw-simd", "fcpw"):
+                from bench.closest_fcpw import FcpwScene, import_fcpw_simd
+
+                if name == "fcpw-simd":
+                    module, why = import_fcpw_simd(simd_path)
+                    if module is None:
+                        absent[name] = (f"{why}: not timed. Build it outside the repository: bash "
+                                        "/work/shared/peers/fcpw/build.sh PYTHON DIR, then --fcpw-simd DIR")
+                        continue
+                else:
+                    import fcpw as module
+                peers[name] = FcpwScene(vertices, faces, module, vectorize=True)
+            elif name == "Open3D":
                 from bench.closest_open3d import Open3DScene
-            except (ImportError, OSError) as exc:  # OSError: a system library it needs is missing
-                print(f"open3d: not importable ({exc}); not timed "
-                      f"(pip install -e '.[open3d]'; on Debian it also needs libusb-1.0-0)")
+
+                peers[name] = Open3DScene(vertices, faces)
+            elif name == "Warp":
+                if arch not in WARP_DEVICE:
+                    absent[name] = f"no {arch} backend; not timed"
+                    continue
+                from bench.closest_warp import WarpMesh
+
+                peers[name] = WarpMesh(vertices, faces, WARP_DEVICE[arch])
             else:
-                peers["Open3D"] = Open3DScene(vertices, faces)
+                from bench.closest_igl import IglTree
+
+                peers[name] = IglTree(vertices, faces)
+        except (ImportError, OSError) as exc:  # OSError: a system library it needs is missing
+            hint = {"Open3D": "pip install -e '.[open3d]'; on Debian it also needs libusb-1.0-0",
+                    "Warp": "pip install warp-lang", "fcpw": "pip install fcpw", "libigl": "pip install libigl"}
+            absent[name] = f"not importable ({exc}); not timed ({hint.get(name, '')})"
     return peers
 
 
-def measure(arch: str, repeats: int, leaf_size: int | None, wanted: set[str], progress) -> dict:
-    import taichi as ti
-
-    from engine.triangle_bvh import DEFAULT_LEAF_SIZE, QueryBuffers, TriangleBVH
-    from engine.meshgen import icosphere
-
-    leaf_size = leaf_size or DEFAULT_LEAF_SIZE
-    vertices, faces = icosphere(5)
-    bvh = TriangleBVH.build(vertices, faces, leaf_size=leaf_size)
-    peers = _peers(vertices, faces, arch, wanted)
-    rng = np.random.default_rng(0)
-    rows = []
-    for n in SIZES:
-        points = rng.uniform(-2.0, 2.0, (n, 3)).astype(np.float32)
-        buffers = QueryBuffers(n)
-        buffers.load(points)
-
-        def ours() -> None:
-            bvh.query(buffers.points, buffers.face, buffers.bary, buffers.point, buffers.dist2, n)
-
-        ours()
-        found = buffers.results(n)
-        bvh.check_overflow()
-        oracle = bvh.brute_force(points[:BRUTE_CHECK])["dist2"]
-        if bvh.counters()["misses"] or _rel_err(found["dist2"][:BRUTE_CHECK], oracle) > 1e-6:
-            raise RuntimeError(f"{n} queries: our BVH disagrees with the brute-force oracle; not timing")
-        row = {"n": n, "brute_rel_err": _rel_err(found["dist2"][:BRUTE_CHECK], oracle), "peers": {}}
-        for name, peer in peers.items():
-            peer.load(points)
-            peer.query(n)
-            theirs = peer.results(n)
-            err = _distance_err(found["dist2"], theirs["dist2"])
-            if (theirs["face"] < 0).any() or err > 1e-6:
-                raise RuntimeError(f"{n} queries: {name}'s distances differ from ours by {err:.2g}; not timing")
-            row["peers"][name] = {"err": err}
-        runs = {"ours": (ours, ti.sync)} | {name: (lambda peer=peer: peer.query(n), peer.synchronize)
-                                            for name, peer in peers.items()}
-        calls = {name: _calls_for(run, sync) for name, (run, sync) in runs.items()}
-        times: dict[str, list] = {name: [] for name in runs}
-        for _ in range(repeats):  # alternate sides every repetition: all see the same machine load
-            for name, (run, sync) in runs.items():
-                times[name].append(_timed_both(run, sync, calls[name]))
-            progress.update(1)
-        for name, measured in times.items():
-            qps = n / statistics.median(wall for wall, _ in measured)
-            cpu_us = statistics.median(cpu for _, cpu in measured) / n * 1e6
-            target = row if name == "ours" else row["peers"][name]
-            target.update(qps=qps, cpu_us=cpu_us)
-        rows.append(row)
-        buffers.group.destroy()
-    build = {name: [] for name in ["ours", *peers]}
-    refit = {name: [] for name in ["ours", *(name for name, peer in peers.items() if hasattr(peer, "refit"))]}
-    for _ in range(repeats):
-        build["ours"].append(_timed(bvh.rebuild, ti.sync, 1))
-        refit["ours"].append(_timed(bvh.refit, ti.sync, 20))
-        for name, peer in peers.items():
-            build[name].append(_timed(peer.build, peer.synchronize, 1))
-            if name in refit:
-                refit[name].append(_timed(peer.refit, peer.synchronize, 20))
-        progress.update(1)
-    bvh.destroy()
-    median_ms = lambda table: {name: statistics.median(values) * 1e3 for name, values in table.items()}  # noqa: E731
-    return {"rows": rows, "peers": list(peers), "build_ms": median_ms(build), "refit_ms": median_ms(refit),
-            "depth": bvh.depth, "leaf_size": leaf_size, "faces": len(faces)}
+def _validate(name: str, found: dict, oracle: np.ndarray | None, scale: float, label: str) -> float | None:
+    """The side's worst distance error against the oracle (x diagonal); raises if it is out of tolerance."""
+    if (np.asarray(found["face"]) < 0).any():
+        raise RuntimeError(f"{label}: {name} left points unanswered; not timing")
+    if oracle is None:
+        return None
+    err = _distance_err(found["dist2"], oracle, scale)
+    if not err <= ORACLE_TOL:
+        raise RuntimeError(f"{label}: {name}'s distances differ from libigl's by {err:.2g} x the diagonal "
+                           f"(tolerance {ORACLE_TOL:g}); not timing")
+    return err
 
 
-def table(result: dict, arch: str, repeats: int) -> str:
-    fmt = lambda value, spec: "-" if value is None else format(value, spec)  # noqa: E731
-    peers = result["peers"]
-    head = (["queries", "ours (M queries/s)"] + [f"{name} (M queries/s)" for name in peers]
-            + [f"ours / {name}" for name in peers] + ["ours CPU us/query"]
-            + [f"{name} CPU us/query" for name in peers] + ["dist2 rel err vs brute"]
-            + [f"distance err vs {name}" for name in peers])
-    lines = [f"closest-point queries, icosphere(5) ({result['faces']:,} triangles), {arch}, "
-             f"leaf size {result['leaf_size']}, depth {result['depth']}, median of {repeats}; {machine_load()}",
-             "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
-    for row in result["rows"]:
-        theirs = [row["peers"][name] for name in peers]
-        cells = ([f"{row['n']:,}", f"{row['qps'] / 1e6:.3f}"] + [f"{peer['qps'] / 1e6:.3f}" for peer in theirs]
-                 + [f"{row['qps'] / peer['qps']:.2f}" for peer in theirs] + [f"{row['cpu_us']:.2f}"]
-                 + [f"{peer['cpu_us']:.2f}" for peer in theirs] + [f"{row['brute_rel_err']:.2g}"]
-                 + [f"{peer['err']:.2g}" for peer in theirs])
-        lines.append("| " + " | ".join(cells) + " |")
-    names = ["ours", *peers]
-    lines += ["", "| BVH | " + " | ".join(f"{name} (ms)" for name in names) + " |", "|---|" + "---:|" * len(names),
-              "| build | " + " | ".join(fmt(result["build_ms"].get(name), ".2f") for name in names) + " |",
-              "| refit | " + " | ".join(fmt(result["refit_ms"].get(name), ".3f") for name in names) + " |"]
+def _brute_check(ours: Ours, points: np.ndarray, n_faces: int, label: str) -> float:
+    """Relative error of our squared distances against the brute-force kernel on the first points."""
+    k = max(16, min(len(points), BRUTE_TESTS // n_faces))
+    found = ours.results(len(points))["dist2"][:k].astype(np.float64)
+    brute = ours.bvh.brute_force(points[:k])["dist2"].astype(np.float64)
+    err = float(np.max(np.abs(found - brute) / np.maximum(np.maximum(found, brute), 1e-30)))
+    if ours.bvh.counters()["misses"] or not err <= BRUTE_REL:
+        raise RuntimeError(f"{label}: our BVH disagrees with the brute-force kernel (rel {err:.2g}); not timing")
+    return err
+
+
+def measure_mesh(mesh: str, arch: str, options, progress, result: dict) -> None:
+    """Every cell, the build and refit times (and, on the icosphere, the one-query call) of one mesh."""
+    vertices, faces = mesh_named(mesh)
+    scale = diagonal(vertices)
+    ours = Ours(vertices, faces, options.leaf_size)
+    peers = _peers(vertices, faces, arch, options.wanted, options.fcpw_simd, result["absent"])
+    sides = {"ours": ours} | peers
+    result["sides"] = list(dict.fromkeys([*result["sides"], *sides]))
+    result["threads"].update({name: side.threads for name, side in sides.items()})
+    result["shape"][mesh] = {"faces": len(faces), "depth": ours.bvh.depth, "leaf_size": ours.bvh.leaf_size}
+    for case in cases((mesh,)):
+        label = f"{mesh} {case.distribution}"
+        for n in options.sizes:
+            points = queries(vertices, faces, case.distribution, n, seed=n)
+            for side in sides.values():
+                side.load(points)
+                side.query(n)
+            oracle = peers[ORACLE].results(n)["dist2"] if ORACLE in peers else None
+            cell = {"mesh": mesh, "distribution": case.distribution, "n": n, "faces": len(faces),
+                    "brute_rel_err": _brute_check(ours, points, len(faces), f"{label}, {n:,} queries"),
+                    "err": {name: _validate(name, side.results(n), oracle, scale, f"{label}, {n:,} queries")
+                            for name, side in sides.items()}}
+            times = _alternating({name: (lambda side=side: side.query(n), side.synchronize)
+                                  for name, side in sides.items()}, options.repeats, progress)
+            cell["qps"] = {name: _median_spread([n / wall for wall, _ in measured]) for name, measured in times.items()}
+            cell["cpu_us"] = {name: statistics.median(cpu for _, cpu in measured) / n * 1e6
+                              for name, measured in times.items()}
+            cell["busy"] = {name: statistics.median(cpu / wall for wall, cpu in measured)
+                            for name, measured in times.items()}
+            result["cells"].append(cell)
+    builds = {name: (side.build, side.synchronize) for name, side in sides.items()}
+    refits = {name: (side.refit, side.synchronize) for name, side in sides.items() if hasattr(side, "refit")}
+    for table, runs in (("build_ms", builds), ("refit_ms", refits)):
+        times = _alternating(runs, options.repeats, progress, seconds=0.0 if table == "build_ms" else TARGET_S)
+        result[table][mesh] = {name: _median_spread([wall * 1e3 for wall, _ in measured])
+                               for name, measured in times.items()}
+    if mesh == "icosphere":
+        point = queries(vertices, faces, "uniform", 1, seed=1)
+        oracle = one_call(peers[ORACLE], point)["dist2"] if ORACLE in peers else None
+        for name, side in sides.items():
+            _validate(name, one_call(side, point), oracle, scale, "one query")
+        times = _alternating({name: (lambda side=side: one_call(side, point), side.synchronize)
+                              for name, side in sides.items()}, options.repeats, progress, seconds=ONE_QUERY_S)
+        result["one_query_us"] = {name: _median_spread([wall * 1e6 for wall, _ in measured])
+                                  for name, measured in times.items()}
+    ours.destroy()
+
+
+def _ms(value: tuple[float, float] | None, spec: str) -> str:
+    return "-" if value is None else f"{format(value[0], spec)} ±{value[1] * 50:.0f}%"
+
+
+def tables(result: dict, arch: str, repeats: int) -> str:
+    """The benchmark's markdown: one table per cell, the ratio summary, build/refit and one-query tables."""
+    sides = result["sides"]
+    peers = [name for name in sides if name != "ours"]
+    lines = [f"closest-point queries on {arch}, median of {repeats} (± half the spread, (max - min) / median); "
+             f"{machine_load()}",
+             "threads: " + ", ".join(f"{name} {result['threads'][name]}" for name in sides)]
+    lines += [f"{name}: absent: {why}" for name, why in result["absent"].items()]
+    for mesh, shape in result["shape"].items():
+        lines.append(f"ours on {mesh}: {shape['faces']:,} triangles, leaf size {shape['leaf_size']}, depth {shape['depth']}")
+    by_case: dict[tuple, list] = {}
+    for cell in result["cells"]:
+        by_case.setdefault((cell["mesh"], cell["distribution"]), []).append(cell)
+    ratio_to = "fcpw-simd" if "fcpw-simd" in sides else None
+    for (mesh, dist), cells in by_case.items():
+        head = (["queries"] + [f"{name} (M q/s)" for name in sides]
+                + ([f"ours / {ratio_to}"] if ratio_to else []) + ["ours / best peer"]
+                + [f"{name} CPU us/q (busy)" for name in sides])
+        lines += ["", f"{mesh} ({cells[0]['faces']:,} triangles), {dist}", "| " + " | ".join(head) + " |",
+                  "|" + "---:|" * len(head)]
+        for cell in cells:
+            qps = cell["qps"]
+            best = max((qps[name][0] for name in peers), default=None)
+            row = ([f"{cell['n']:,}"] + [_ms((qps[name][0] / 1e6, qps[name][1]), ".3f") for name in sides]
+                   + ([f"{qps['ours'][0] / qps[ratio_to][0]:.2f}"] if ratio_to else [])
+                   + [f"{qps['ours'][0] / best:.2f}" if best else "-"]
+                   + [f"{cell['cpu_us'][name]:.2f} ({cell['busy'][name]:.1f})" for name in sides])
+            lines.append("| " + " | ".join(row) + " |")
+        worst = {name: max((c["err"][name] or 0.0) for c in cells) for name in sides if name != ORACLE}
+        lines.append("max distance error vs libigl (x diagonal): " + ", ".join(f"{k} {v:.2g}" for k, v in worst.items())
+                     + f"; ours vs brute force (rel, dist2): {max(c['brute_rel_err'] for c in cells):.2g}")
+    if ratio_to:
+        lines += ["", "| mesh, queries | ours / fcpw-simd (" + " / ".join(f"{n:,}" for n in sorted({c['n'] for c in result['cells']})) + ") |",
+                  "|---|---|"]
+        for (mesh, dist), cells in by_case.items():
+            lines.append(f"| {mesh} ({cells[0]['faces']:,}), {dist} | "
+                         + " / ".join(f"{c['qps']['ours'][0] / c['qps'][ratio_to][0]:.2f}" for c in cells) + " |")
+    for table, title, spec in (("build_ms", "build (ms)", ".1f"), ("refit_ms", "refit (ms)", ".3f")):
+        lines += ["", f"| {title} | " + " | ".join(sides) + " |", "|---|" + "---:|" * len(sides)]
+        for mesh, times in result[table].items():
+            lines.append(f"| {mesh} | " + " | ".join(_ms(times.get(name), spec) for name in sides) + " |")
+    if "one_query_us" in result:
+        times = result["one_query_us"]
+        lines += ["", "| one-point call, numpy to numpy (us) | " + " | ".join(sides) + " |", "|---|" + "---:|" * len(sides),
+                  "| icosphere | " + " | ".join(_ms(times.get(name), ".1f") for name in sides) + " |"]
     return "\n".join(lines)
+
+
+def _names(text: str, known: tuple, flag: str) -> tuple:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise UserError(f"{flag}: unknown {', '.join(unknown) or 'empty list'} (known: {', '.join(map(str, known))})")
+    return names
 
 
 def main(argv: list[str]) -> int:
     parser = bench_parser("closest", __doc__)
     parser.add_argument("--repeats", type=int, default=5, help="repetitions (the median is reported)")
+    parser.add_argument("--meshes", default=",".join(MESHES), help=f"comma-separated, of {', '.join(MESHES)}")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="queries per batch, comma-separated")
+    parser.add_argument("--fcpw-simd", default=None, metavar="DIR",
+                        help="folder holding the _fcpwsimd module (default: $SHANNON_FCPW_SIMD)")
+    for name in PEERS:
+        parser.add_argument(f"--no-{name.lower()}", action="store_true", help=f"do not time {name}")
     parser.add_argument("--leaf-size", type=int, default=None,
-                        help="most triangles per BVH leaf (2..64; default: engine.triangle_bvh.DEFAULT_LEAF_SIZE)")
-    parser.add_argument("--no-warp", action="store_true", help="do not time Warp")
-    parser.add_argument("--no-open3d", action="store_true", help="do not time Open3D")
+                        help="most triangles per BVH leaf (default: engine.triangle_bvh.DEFAULT_LEAF_SIZE)")
     options = parser.parse_args(argv)
     if options.repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {options.repeats})")
+    meshes = _names(options.meshes, MESHES, "--meshes")
+    try:
+        options.sizes = tuple(int(n) for n in options.sizes.split(","))
+    except ValueError:
+        raise UserError(f"--sizes: comma-separated positive integers expected, got {options.sizes!r}") from None
+    if min(options.sizes) < 1:
+        raise UserError(f"--sizes: every size must be positive, got {options.sizes}")
+    options.wanted = {name for name in PEERS if not getattr(options, f"no_{name.lower().replace('-', '_')}")}
 
     from engine import backend
     from engine.progress import bar
 
     arch = backend.init(options.arch).name
-    with bar(total=(len(SIZES) + 1) * options.repeats, desc="closest-point bench") as progress:
-        wanted = {name for name, skip in (("warp", options.no_warp), ("open3d", options.no_open3d)) if not skip}
-        result = measure(arch, options.repeats, options.leaf_size, wanted, progress)
-    emit(table(result, arch, options.repeats), "closest", options.out)
+    result: dict[str, Any] = {"sides": [], "threads": {}, "absent": {}, "shape": {}, "cells": [],
+                              "build_ms": {}, "refit_ms": {}}
+    steps = sum(len(cases((mesh,))) * len(options.sizes) + 2 + (mesh == "icosphere") for mesh in meshes)
+    with bar(total=steps * options.repeats, desc="closest-point bench") as progress:
+        for mesh in meshes:
+            measure_mesh(mesh, arch, options, progress, result)
+    emit(tables(result, arch, options.repeats), "closest", options.out)
     return 0

@@ -6,12 +6,16 @@ scene's first query, so `build` includes a one-point query. A scene cannot be re
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import open3d as o3d
 
 
 class Open3DScene:
     """One Embree scene holding the mesh, and the query points by batch size."""
+
+    threads = os.cpu_count()  # Open3D runs a batch through TBB on every core
 
     def __init__(self, vertices: np.ndarray, faces: np.ndarray) -> None:
         self.vertices = o3d.core.Tensor(np.asarray(vertices, np.float32))

@@ -25,6 +25,8 @@ def closest(mesh: wp.uint64, points: wp.array(dtype=wp.vec3), max_dist: float,
 class WarpMesh:
     """One Warp mesh on `device` ("cpu" or "cuda:0") and the arrays for up to `capacity` queries."""
 
+    threads = 1  # Warp's CPU backend runs a launch on one thread
+
     def __init__(self, vertices: np.ndarray, faces: np.ndarray, device: str) -> None:
         wp.init()
         self.device = device

@@ -1,23 +1,29 @@
-"""Host glue for the triangle BVH: build the tree order, own its fields, launch refit and queries.
+"""Host glue for the triangle BVH: build it, own its fields, launch refit and queries.
 
-API (device math is in `engine.kernels.bvh_query`; the tree layout is described there):
+API (device math is in `engine.kernels.bvh_query`, where the tree layout and its bounds are described):
 
     bvh = TriangleBVH.build(vertices, faces)            # numpy (V, 3) float, (F, 3) int
     bvh = TriangleBVH(vertices_field, faces_field)      # existing fields (vec3 f32 (V,), vec3 i32 (F,))
-    bvh.refit()                                         # one device launch: boxes from current vertices
+    bvh.refit()                                         # on the device: bounds from the current vertices
+    bvh.rebuild()                                       # on the device: re-sort, then refit
     bvh.query(points, out_face, out_bary, out_point, out_dist2, n)   # fields; first n points
     bvh.closest_points(points) -> {"face", "bary", "point", "dist2"}  # numpy in, numpy out
     bvh.brute_force(points)    -> the same dict, by testing every face (the oracle)
     bvh.counters() -> {"misses", "overflows"}; bvh.reset_counters(); bvh.destroy()
 
-Build: object-median split on the longest centroid axis, level by level over every
-node at once (vectorised numpy), giving a complete tree with every leaf at one depth
-and between leaf_size/2 and leaf_size faces per leaf: no child pointers, and a depth
-bound that makes stack overflow impossible (see `engine.kernels.bvh_query`). The tree's
-triangle order is fixed at build; `refit()` recomputes the boxes on the device after
-vertices move (call it every iteration, under `tape.pause()` inside a tape: refit and
-queries are untaped launches); `rebuild()` re-sorts on the host if the mesh has
-deformed so much that boxes overlap badly (slower queries, never wrong answers).
+Build (on the device, `rebuild`): an implicit complete 4-ary tree of `depth` levels, its
+4^depth leaves holding equal runs of the face order (between 1 and leaf_size faces each); the
+order comes from a median split along the longest centroid axis, one parallel launch per
+binary level (quickselect per node, O(F) per level), so a build never leaves the device and
+costs no host sort. The order is fixed until the next `rebuild`; `refit()` recomputes every
+bound after vertices move (call it every iteration, under `tape.pause()` inside a tape:
+refit and queries are untaped launches). Re-sort when the mesh has deformed so much that
+bounds overlap badly (slower queries, never wrong answers).
+
+Queries: `query` searches a batch of SORT_MIN or more points in Morton order (a bucket sort on
+the device, `engine.kernels.morton`), so consecutive searches share the tree's cache lines,
+and writes each answer to its point's own index. `closest_points` takes numpy (on the CPU the
+kernel reads and writes the arrays in place: one launch for one point).
 
 `query` fields: points vec3 f32 (>= n,), out_face i32, out_bary vec3 f32, out_point vec3
 f32, out_dist2 f32 (each >= n,). `out_bary` weights the face's corners in `faces` order.
@@ -28,70 +34,66 @@ from __future__ import annotations
 import numpy as np
 import taichi as ti
 
+from engine import backend
 from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.kernels import bvh_query as kernels
+from engine.kernels import morton
+from engine.kernels.chamfer_terms import exclusive_scan
+from engine.dispatch import BoundLaunch, bind
 from engine.launch import launch
 
-DEFAULT_LEAF_SIZE = 16  # most faces per leaf; chosen by measurement (docs/RESULTS.md)
+DEFAULT_LEAF_SIZE = 24  # most faces per leaf; chosen by measurement (docs/RESULTS.md)
+MAX_FACES = 1 << 24  # face indices above this lose precision in float32 leaf bookkeeping
+SORT_MIN = 2048  # `query` orders batches of this many points or more (docs/RESULTS.md, issue 12)
+SERIAL_MAX = 8  # batches of at most this many points are searched on the launching thread
+PARALLEL_NODES = 1024  # refit levels of fewer nodes run serially, in one launch
+PARALLEL_VERTICES = 1 << 16  # the vertex copy of smaller meshes runs serially
+SERIAL_COPY_MAX = 1024  # `query` gathers and scatters batches of at most this many points serially (RESULTS)
+
+
+_NUMBERS = (int, float)  # run-time scalar arguments of the tree's kernels (bools are template flags)
 
 
 def tree_depth(n_faces: int, leaf_size: int) -> int:
-    """Levels below the root so that every leaf holds at most leaf_size faces (and at least 1)."""
+    """Levels of the 4-ary tree below the root so that every leaf holds at most leaf_size faces.
+
+    With leaf_size >= 4 no leaf is empty: the level above had more than leaf_size faces per
+    node, so each of its nodes' four leaves gets more than leaf_size / 4 >= 1."""
     depth = 0
-    while -(-n_faces // (1 << depth)) > leaf_size:
+    while -(-n_faces // (1 << (2 * depth))) > leaf_size:
         depth += 1
     return depth
 
 
-def median_split_order(centroids: np.ndarray, depth: int) -> np.ndarray:
-    """Face order for a complete tree of `depth` levels: each node's range is sorted along its
-    longest centroid axis and split at floor((2j+1) n / 2^(d+1)), all nodes of a level at once.
+def leaf_starts(n_faces: int, depth: int) -> np.ndarray:
+    """First face (in tree order) of each of the 4^depth leaves, plus n_faces: floor(k n / 4^depth)."""
+    return ((np.arange((1 << (2 * depth)) + 1, dtype=np.int64) * n_faces) >> (2 * depth)).astype(np.int32)
 
-    One argsort per level: the key is the node's index plus the centroid's position along
-    that node's axis scaled into [0, 0.5], so the sort groups by node and orders within it.
-    """
-    n = len(centroids)
-    order = np.arange(n)
-    flat_rows = np.arange(n) * 3
-    for level in range(depth):
-        nodes = np.arange(1 << level)
-        starts = (np.arange((1 << level) + 1, dtype=np.int64) * n) >> level
-        segment = np.repeat(nodes, np.diff(starts))
-        c = np.take(centroids, order, axis=0)  # np.take: ~10x faster than fancy indexing here
-        lo = np.minimum.reduceat(c, starts[:-1], axis=0)
-        extent = np.maximum.reduceat(c, starts[:-1], axis=0) - lo
-        axis = np.argmax(extent, axis=1)
-        node_lo, node_extent = lo[nodes, axis], extent[nodes, axis]
-        scale = 0.5 / np.where(node_extent > 0, node_extent, 1.0)
-        along = np.take(c.reshape(-1), flat_rows + np.take(axis, segment))
-        key = segment + (along - np.take(node_lo, segment)) * np.take(scale, segment)
-        order = np.take(order, np.argsort(key, kind="stable"))  # stable: ties keep their order, reproducible
-    return order
+
+def _part1by2(x: np.ndarray) -> np.ndarray:
+    """Spread the low 21 bits of x (uint64) to every third bit: bit b goes to bit 3b."""
+    x = x & np.uint64(0x1FFFFF)
+    for shift, mask in ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F),
+                        (4, 0x10C30C30C30C30C3), (2, 0x1249249249249249)):
+        x = (x | (x << np.uint64(shift))) & np.uint64(mask)
+    return x
 
 
 def morton_order(points: np.ndarray, bits: int = 10) -> np.ndarray:
     """The permutation that puts `points` (N, 3) in Morton (Z-curve) order over their bounding box.
 
     Queries issued in this order descend mostly the same BVH nodes one after another, so
-    the boxes stay in cache: Chamfer target samples sorted this way make a spot fit
+    the tree stays in cache: Chamfer target samples sorted this way make a spot fit
     14-18 % faster per iteration on the cpu (docs/RESULTS.md). Stable, so equal codes keep
-    their input order. Coordinate k's bit b lands at bit 3b + k of the code.
+    their input order. Coordinate k's bit b (of `bits`, at most 21) lands at bit 3b + k of the code.
     """
-    points = np.asarray(points, dtype=np.float64)
+    points = np.asarray(points, np.float64)
     lo, hi = points.min(axis=0), points.max(axis=0)
     cells = (1 << bits) - 1
     grid = np.clip((points - lo) / np.where(hi > lo, hi - lo, 1.0) * cells, 0, cells).astype(np.uint64)
-    code = np.zeros(len(points), dtype=np.uint64)
-    for bit in range(bits):
-        for axis in range(3):
-            code |= ((grid[:, axis] >> np.uint64(bit)) & np.uint64(1)) << np.uint64(3 * bit + axis)
+    code = _part1by2(grid[:, 0]) | (_part1by2(grid[:, 1]) << np.uint64(1)) | (_part1by2(grid[:, 2]) << np.uint64(2))
     return np.argsort(code, kind="stable")
-
-
-def leaf_starts(n_faces: int, depth: int) -> np.ndarray:
-    """First slot of each leaf, plus n_faces at the end: floor(k n / 2^depth)."""
-    return ((np.arange((1 << depth) + 1, dtype=np.int64) * n_faces) >> depth).astype(np.int32)
 
 
 def _check_mesh(vertices: np.ndarray, faces: np.ndarray) -> None:
@@ -138,18 +140,68 @@ class QueryBuffers:
                 "point": self.point.to_numpy()[:n], "dist2": self.dist2.to_numpy()[:n]}
 
 
+class _Batch:
+    """The query kernel's arrays for up to `capacity` points: ndarrays on the device for `query`,
+    numpy for `closest_points` (read and written in place on the CPU). Kept per capacity, so
+    repeated calls reuse one native binding (engine.dispatch keys bindings on the arrays)."""
+
+    def __init__(self, capacity: int, host: bool) -> None:
+        self.capacity = capacity
+        if host:
+            new = lambda width, dtype: np.zeros((capacity, width) if width > 1 else capacity, dtype)  # noqa: E731
+        else:
+            new = lambda width, dtype: ti.ndarray(  # noqa: E731
+                ti.types.vector(width, ti.f32) if width > 1 else ti.i32 if dtype == np.int32 else ti.f32, (capacity,))
+        self.points, self.bary, self.point = new(3, np.float32), new(3, np.float32), new(3, np.float32)
+        self.face, self.dist2 = new(1, np.int32), new(1, np.float32)
+        self.perm = ti.ndarray(ti.i32, (capacity,))
+        self.counts = np.zeros(2, np.int32)  # misses and overflows of one `closest_points` call
+
+
+class _Ordering:
+    """The device scratch of the Morton bucket sort (`engine.kernels.morton`): fixed sizes, one
+    per Taichi program, so its kernels compile once."""
+
+    _current: tuple[object, "_Ordering"] | None = None  # (the program, compared by identity; its scratch)
+
+    def __init__(self) -> None:
+        self.group = FieldGroup()
+        self.boxes = self.group.vector(6, ti.f32, (morton.BOX_BLOCKS,))
+        self.counts = self.group.field(ti.i32, (morton.BUCKETS,))
+        self.start = self.group.field(ti.i32, (morton.BUCKETS + 1,))
+        self.cursor = self.group.field(ti.i32, (morton.BUCKETS,))
+        self.block_total = self.group.field(ti.i32, (-(-morton.BUCKETS // 64),))
+        self.group.finalize()
+
+    @classmethod
+    def get(cls) -> "_Ordering":
+        program = backend.taichi_program()  # a re-initialised Taichi has freed the old fields
+        if cls._current is None or cls._current[0] is not program:
+            cls._current = (program, cls())
+        return cls._current[1]
+
+    def sort(self, points, n: int, perm, run) -> None:
+        """perm[:n]: the indices of points[:n] in Morton bucket order (see engine.kernels.morton);
+        `run(kernel, *args)` launches (the tree's own, which holds the bindings of its arrays)."""
+        run(morton.block_boxes, points, n, self.boxes, self.counts)
+        run(morton.merge_boxes, self.boxes)
+        run(morton.count_buckets, points, n, self.boxes, self.counts)
+        run(exclusive_scan, self.counts, self.start, self.cursor, self.block_total)
+        run(morton.scatter, points, n, self.boxes, self.cursor, perm)
+
+
 class TriangleBVH:
     """A BVH over the triangles in `faces_field` with corners in `vertices_field` (see module docstring).
 
     Args:
         vertices_field: Taichi vector field, 3 x f32, shape (V,): the corners (read again by `refit`).
         faces_field: Taichi vector field, 3 x i32, shape (F,): corner indices into `vertices_field`.
-        leaf_size: most faces per leaf, 2..64.
-        stack_size: the query's per-thread stack, 1..STACK_SIZE (below the depth only in tests).
+        leaf_size: most faces per leaf, 4..64.
+        stack_size: the query's per-thread stack, 1..STACK_SIZE (below 3 x depth only in tests).
 
     Raises:
-        UserError: an empty mesh, a face index out of range, non-finite corners, a leaf or stack
-            size out of range, or a tree deeper than the query stack.
+        UserError: an empty mesh, a face index out of range, non-finite corners, more than
+            MAX_FACES faces, a leaf or stack size out of range, or a tree deeper than the query stack.
         BackendNotStarted: no backend runs in this process (`engine.backend.init` first).
 
     Example:
@@ -167,34 +219,49 @@ class TriangleBVH:
 
     def __init__(self, vertices_field, faces_field, leaf_size: int = DEFAULT_LEAF_SIZE,
                  stack_size: int = kernels.STACK_SIZE) -> None:
-        if not 2 <= leaf_size <= 64:
-            raise UserError(f"BVH leaf size must be in 2..64, got {leaf_size}")
+        if not 4 <= leaf_size <= 64:  # at least 4: no leaf is empty (see tree_depth)
+            raise UserError(f"BVH leaf size must be in 4..64, got {leaf_size}")
         self.vertices, self.faces = vertices_field, faces_field
         self.leaf_size = leaf_size
         faces_np = faces_field.to_numpy()
-        vertices_np = vertices_field.to_numpy()
-        _check_mesh(vertices_np, faces_np)
+        _check_mesh(vertices_field.to_numpy(), faces_np)
         self.n_faces = len(faces_np)
+        if self.n_faces > MAX_FACES:
+            raise UserError(f"BVH of {self.n_faces:,} faces: at most {MAX_FACES:,} are supported")
         self.depth = tree_depth(self.n_faces, leaf_size)
         if not 1 <= stack_size <= kernels.STACK_SIZE:
             raise UserError(f"BVH query stack size must be in 1..{kernels.STACK_SIZE}, got {stack_size}")
-        self.stack_size = stack_size  # below depth only in tests of the overflow guard
-        if self.depth > kernels.STACK_SIZE:
+        self.stack_size = stack_size  # below 3 depth only in tests of the overflow guard
+        if 3 * self.depth > kernels.STACK_SIZE:
             raise UserError(f"mesh of {self.n_faces} faces needs a tree deeper than the query stack "
-                            f"({kernels.STACK_SIZE}); raise the leaf size")
-        self.n_nodes = (1 << (self.depth + 1)) - 1
-        self.group = FieldGroup()
-        self.order = self.group.field(ti.i32, (self.n_faces,))
-        self.leaf_start = self.group.field(ti.i32, ((1 << self.depth) + 1,))
-        self.tris = self.group.vector(9, ti.f32, (self.n_faces,))
-        self.spheres = self.group.vector(4, ti.f32, (self.n_faces,))
-        self.boxes = self.group.vector(6, ti.f32, (self.n_nodes,))
-        self.counter = self.group.field(ti.i32, (2,))
-        self.group.finalize()
-        self.leaf_start.from_numpy(leaf_starts(self.n_faces, self.depth))
+                            f"({kernels.STACK_SIZE} entries); raise the leaf size")
+        self.n_leaves = 1 << (2 * self.depth)
+        self.n_inner = (self.n_leaves - 1) // 3
+        starts = leaf_starts(self.n_faces, self.depth)
+        self.width = -(-int(np.diff(starts).max()) // 4) * 4  # slots per leaf: whole packets of four
+        # the tree's own arrays are ndarrays: every kernel compiles once per process, whatever the mesh size
+        vector = lambda width, shape: ti.ndarray(ti.types.vector(width, ti.f32), shape)  # noqa: E731
+        self.mesh_vertices = vector(3, (vertices_field.shape[0],))  # refit's copy of the vertex field
+        self._serial_copy = vertices_field.shape[0] < PARALLEL_VERTICES
+        self.mesh_faces = ti.ndarray(ti.types.vector(3, ti.i32), (self.n_faces,))
+        self.mesh_faces.from_numpy(faces_np.astype(np.int32))
+        self.tree_faces = ti.ndarray(ti.types.vector(3, ti.i32), (self.n_faces,))  # the faces in tree order
+        self.order = ti.ndarray(ti.i32, (self.n_faces,))
+        self.centroids = vector(3, (self.n_faces,))  # build scratch, in tree order
+        self.leaf_start = ti.ndarray(ti.i32, (self.n_leaves + 1,))
+        self.corner_packets = vector(kernels.CORNER_PACKET, (self.n_leaves * self.width // 4,))
+        self.bound_packets = vector(kernels.BOUND_PACKET, (self.n_leaves * self.width // 4,))
+        self.node_bound = vector(kernels.BOUND_WIDTH, (self.n_inner + self.n_leaves,))
+        self.nodes = vector(kernels.NODE_WIDTH, (max(self.n_inner, 1),))
+        self.counter = ti.ndarray(ti.i32, (2,))
+        self.counter.fill(0)
+        self.leaf_start.from_numpy(starts)
         self._owned: FieldGroup | None = None  # the mesh fields' group when `build` made them
         self._buffers: QueryBuffers | None = None
-        self._sort(vertices_np, faces_np)
+        self._batches: dict[tuple[int, bool], _Batch] = {}
+        self._bindings: dict[tuple, tuple[BoundLaunch, list[int]]] = {}
+        self._host_counts = np.zeros(2, np.int64)  # misses and overflows of `closest_points` calls
+        self.rebuild()
 
     @classmethod
     def build(cls, vertices: np.ndarray, faces: np.ndarray, leaf_size: int = DEFAULT_LEAF_SIZE,
@@ -214,33 +281,97 @@ class TriangleBVH:
         bvh._owned = group
         return bvh
 
-    def _sort(self, vertices: np.ndarray, faces: np.ndarray) -> None:
-        centroids = vertices.astype(np.float64)[faces].mean(axis=1)
-        self.order.from_numpy(median_split_order(centroids, self.depth).astype(np.int32))
-        self.refit()
+    def _launch(self, kernel, *args) -> None:
+        """Launch `kernel` through a binding this tree keeps (engine.dispatch.bind), one per kernel
+        and set of array, field and flag arguments; a later call rewrites the numbers that changed.
+        The tree's arrays are then referenced only here and go with the tree (a binding in
+        dispatch's shared cache would keep them alive), and a launch costs ~1 us of Python.
+        Untaped, like all tree work."""
+        key = (kernel, *(arg if arg.__class__ is bool else id(arg) for arg in args if arg.__class__ not in _NUMBERS))
+        entry = self._bindings.get(key)
+        if entry is None:
+            numbers = [position for position, arg in enumerate(args) if arg.__class__ in _NUMBERS]
+            entry = self._bindings[key] = (bind(kernel, *args), numbers)
+        bound, numbers = entry
+        for position in numbers:
+            if args[position] != bound.args[position]:
+                bound.set(position, args[position])
+        bound()
 
     def rebuild(self) -> None:
-        """Re-sort the tree on the host from the current vertices, then refit."""
-        self._sort(self.vertices.to_numpy(), self.faces.to_numpy())
+        """Re-sort the tree from the current vertices (median splits on the device), then refit."""
+        self._launch(kernels.copy_vertices, self.vertices, self.mesh_vertices, self._serial_copy)
+        self._launch(kernels.face_centroids, self.mesh_vertices, self.mesh_faces, self.order, self.centroids)
+        for level in range(2 * self.depth):
+            self._launch(kernels.split_level, self.order, self.centroids, self.leaf_start, level, 2 * self.depth)
+        self._launch(kernels.sort_faces, self.mesh_faces, self.order, self.tree_faces)
+        self.refit()
 
     def refit(self) -> None:
-        """Recompute every box from the current vertices on the device (one launch, deterministic).
+        """Recompute every bound from the current vertices on the device (2 + depth launches, deterministic).
 
         Call after `vertices_field` changed (every fit iteration); the face order stays that of the
         build, so a mesh that deformed far gets slower queries (never wrong ones): then `rebuild()`."""
-        launch(kernels.refit, self.vertices, self.faces, self.order, self.leaf_start, self.tris, self.spheres,
-               self.boxes, self.depth)
+        self._launch(kernels.copy_vertices, self.vertices, self.mesh_vertices, self._serial_copy)
+        self._launch(kernels.refit_leaves, self.mesh_vertices, self.tree_faces, self.leaf_start, self.corner_packets,
+                     self.bound_packets, self.node_bound, self.n_inner, self.width)
+        level_start = lambda level: ((1 << (2 * level)) - 1) // 3  # noqa: E731
+        level = self.depth - 1
+        while level >= 0 and level_start(level + 1) - level_start(level) >= PARALLEL_NODES:
+            self._launch(kernels.refit_level, self.nodes, self.node_bound, level_start(level), level_start(level + 1),
+                         False)
+            level -= 1
+        if level >= 0:  # the levels above, serially in one launch
+            self._launch(kernels.refit_level, self.nodes, self.node_bound, 0, level_start(level + 1), True)
 
     def query(self, points, out_face, out_bary, out_point, out_dist2, n: int) -> None:
-        """Closest point on the mesh for points[0:n], written to the out_* fields (one launch, no host copy).
+        """Closest point on the mesh for points[0:n], written to the out_* fields (no host copy; see module docstring).
 
         Args:
             points: vec3 f32 field (>= n,). out_face: i32 field, the face index (-1 for a NaN point).
             out_bary: vec3 f32, weights of the face's corners in `faces` order. out_point: vec3 f32,
             the closest point. out_dist2: f32, its squared distance (inf for a NaN point). n: points used.
         Misses and stack overflows are counted in `counters()`; untaped (call under `tape.pause()`)."""
-        launch(kernels.closest_point_query, points, n, self.tris, self.spheres, self.order, self.leaf_start,
-               self.boxes, self.depth, out_face, out_bary, out_point, out_dist2, self.counter, self.stack_size)
+        batch = self._batch(n, host=False)
+        serial = n <= SERIAL_COPY_MAX
+        self._launch(kernels.gather_points, points, n, batch.points, serial)
+        self._search(batch, n, self.counter)
+        self._launch(kernels.scatter_results, batch.face, batch.bary, batch.point, batch.dist2, n, out_face, out_bary,
+                     out_point, out_dist2, serial)
+
+    def closest_points(self, points: np.ndarray) -> dict[str, np.ndarray]:
+        """Numpy convenience for `query` (on the CPU the kernel reads and writes numpy in place).
+
+        Args: points: (N, 3) float array (any float dtype; queried in float32).
+        Returns: {"face": (N,) int32, "bary": (N, 3) float32, "point": (N, 3) float32, "dist2": (N,) float32}.
+        Raises: UserError for points that are not (N, 3); RuntimeError if a stack push did not fit in this call."""
+        points = _check_points(points)
+        n = len(points)
+        batch = self._batch(n, host=True)
+        batch.points[:n] = points
+        batch.counts[:] = 0
+        self._search(batch, n, batch.counts)
+        self._host_counts += batch.counts
+        if batch.counts[kernels.OVERFLOWS]:
+            raise _overflow_error(int(batch.counts[kernels.OVERFLOWS]), self)
+        return {"face": batch.face[:n].copy(), "bary": batch.bary[:n].copy(), "point": batch.point[:n].copy(),
+                "dist2": batch.dist2[:n].copy()}
+
+    def _batch(self, n: int, host: bool) -> _Batch:
+        capacity = max(64, 1 << (n - 1).bit_length())
+        batch = self._batches.get((capacity, host))
+        if batch is None:
+            batch = self._batches[capacity, host] = _Batch(capacity, host)
+        return batch
+
+    def _search(self, batch: _Batch, n: int, counts) -> None:
+        """The query kernel on batch.points[:n], in Morton order from SORT_MIN points on."""
+        permuted = n >= SORT_MIN
+        if permuted:
+            _Ordering.get().sort(batch.points, n, batch.perm, self._launch)
+        self._launch(kernels.closest_point_query, batch.points, n, batch.perm, int(permuted), self.corner_packets,
+                     self.bound_packets, self.leaf_start, self.width, self.nodes, self.order, self.depth, batch.face,
+                     batch.bary, batch.point, batch.dist2, counts, self.stack_size, n <= SERIAL_MAX)
 
     def _buffers_for(self, n: int) -> QueryBuffers:
         if self._buffers is None or self._buffers.capacity < n:
@@ -248,19 +379,6 @@ class TriangleBVH:
                 self._buffers.group.destroy()
             self._buffers = QueryBuffers(max(1024, 1 << (n - 1).bit_length()))
         return self._buffers
-
-    def closest_points(self, points: np.ndarray) -> dict[str, np.ndarray]:
-        """Numpy convenience for `query`.
-
-        Args: points: (N, 3) float array (any float dtype; queried in float32).
-        Returns: {"face": (N,) int32, "bary": (N, 3) float32, "point": (N, 3) float32, "dist2": (N,) float32}.
-        Raises: UserError for points that are not (N, 3); RuntimeError if the stack guard ever fired."""
-        points = _check_points(points)
-        buffers = self._buffers_for(len(points))
-        n = buffers.load(points)
-        self.query(buffers.points, buffers.face, buffers.bary, buffers.point, buffers.dist2, n)
-        self.check_overflow()
-        return buffers.results(n)
 
     def brute_force(self, points: np.ndarray) -> dict[str, np.ndarray]:
         """The oracle: the same answers as `closest_points`, by testing every face for every point."""
@@ -273,24 +391,35 @@ class TriangleBVH:
 
     def counters(self) -> dict[str, int]:
         """Queries without an answer and stack pushes that did not fit, since the last reset."""
-        values = self.counter.to_numpy()
+        values = self.counter.to_numpy() + self._host_counts
         return {"misses": int(values[kernels.MISSES]), "overflows": int(values[kernels.OVERFLOWS])}
 
     def reset_counters(self) -> None:
         self.counter.fill(0)
+        self._host_counts[:] = 0
 
     def check_overflow(self) -> None:
         """Raise if any query ran out of stack (impossible by the depth bound; checked anyway)."""
         overflows = self.counters()["overflows"]
         if overflows:
-            raise RuntimeError(f"BVH query stack overflowed {overflows} times (depth {self.depth}, "
-                               f"stack {self.stack_size}): results are incomplete")
+            raise _overflow_error(overflows, self)
 
     def destroy(self) -> None:
-        for group in (self._buffers.group if self._buffers else None, self.group, self._owned):
+        """Free the tree's memory now (its arrays live in its bindings and batches; fields in groups)."""
+        for group in (self._buffers.group if self._buffers else None, self._owned):
             if group is not None:
                 group.destroy()
         self._buffers = self._owned = None
+        self._batches.clear()
+        self._bindings.clear()
+        for name in ("mesh_vertices", "mesh_faces", "tree_faces", "order", "centroids", "leaf_start", "corner_packets",
+                     "bound_packets", "node_bound", "nodes", "counter"):
+            setattr(self, name, None)
+
+
+def _overflow_error(overflows: int, bvh: TriangleBVH) -> RuntimeError:
+    return RuntimeError(f"BVH query stack overflowed {overflows} times (depth {bvh.depth}, "
+                        f"stack {bvh.stack_size}): results are incomplete")
 
 
 def sample_queries(vertices: np.ndarray, faces: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
@@ -314,14 +443,20 @@ def sample_queries(vertices: np.ndarray, faces: np.ndarray, n: int, seed: int = 
 
 
 def run_closest_point(vertices: np.ndarray, faces: np.ndarray, points: np.ndarray) -> dict[str, np.ndarray]:
-    """Parity computation: BVH answers and the brute-force oracle's for the same points."""
+    """Parity computation: BVH answers (numpy path; and `field_dist2` from `query` on fields) and
+    the brute-force oracle's for the same points."""
     bvh = TriangleBVH.build(vertices, faces)
     found = bvh.closest_points(points)
+    buffers = QueryBuffers(len(points))
+    n = buffers.load(points)
+    bvh.query(buffers.points, buffers.face, buffers.bary, buffers.point, buffers.dist2, n)
+    on_fields = buffers.results(n)
+    buffers.group.destroy()
     oracle = bvh.brute_force(points)
     counters = bvh.counters()
     bvh.destroy()
     return {"face": found["face"], "bary": found["bary"], "point": found["point"], "dist2": found["dist2"],
-            "brute_dist2": oracle["dist2"], "misses": np.array(counters["misses"]),
+            "field_dist2": on_fields["dist2"], "brute_dist2": oracle["dist2"], "misses": np.array(counters["misses"]),
             "overflows": np.array(counters["overflows"])}
 
 

@@ -2,7 +2,7 @@
 
 The BVH answers each query with the nearest face, its barycentrics, the point and the squared
 distance; `brute_force` (every face for every point) must agree. After the vertices move,
-`refit` updates the boxes in one launch, and the answers agree again. The window shows the
+`refit` updates the bounds on the device, and the answers agree again. The window shows the
 distance to the mesh over the plane z = 0.
 
     python examples/closest_points.py                   # then a window shows the distance field
@@ -35,7 +35,7 @@ if __name__ == "__main__":
           f"misses {bvh.counters()['misses']}")
     before = disagreement(bvh, points)
     bvh.vertices.from_numpy((vertices * [1.5, 0.7, 1.0]).astype(np.float32))   # the mesh moves on the device...
-    bvh.refit()                                         # ...and the boxes follow: one launch
+    bvh.refit()                                         # ...and the bounds follow, on the device
     after = disagreement(bvh, points)
     print(f"BVH vs brute force, max relative difference of squared distances: {before:.1e}, after refit {after:.1e}")
 

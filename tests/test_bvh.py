@@ -1,9 +1,10 @@
-"""The triangle BVH: tree invariants, the point-triangle function, and the three-way validation.
+"""The triangle BVH: tree invariants, its bounds, the point-triangle function, and the three-way validation.
 
 Oracles: analytic closest points for one triangle (each Voronoi region), the brute-force
-kernel (every face for every point), a fresh build (for refit), and a second backend
-(vulkan on lavapipe through a worker). Distances are compared, not face ids: a query
-closest to a shared vertex or edge has several correct faces.
+kernel (every face for every point), a float64 numpy check of every stored bound against
+the corners it must hold, a fresh build (for refit), and a second backend (vulkan on
+lavapipe through a worker). Distances are compared, not face ids: a query closest to a
+shared vertex or edge has several correct faces.
 """
 from __future__ import annotations
 
@@ -12,17 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.triangle_bvh import (
-    TriangleBVH,
-    leaf_starts,
-    median_split_order,
-    run_closest_point,
-    sample_queries,
-    tree_depth,
-)
 from engine.errors import UserError
 from engine.meshgen import icosphere
 from engine.mesh_io import load_mesh
+from engine.triangle_bvh import (SORT_MIN, QueryBuffers, TriangleBVH, leaf_starts, run_closest_point,
+                                 sample_queries, tree_depth)
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 REAL = ("spot", "blub", "penguin")
@@ -34,20 +29,41 @@ def rel_err(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b) / np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-30)))
 
 
-@pytest.mark.parametrize("n_faces,leaf_size", [(1, 4), (5, 4), (20480, 4), (20480, 2), (1000, 3), (1654, 8)])
+@pytest.mark.parametrize("n_faces,leaf_size", [(1, 4), (5, 4), (17, 4), (20480, 4), (20480, 16), (1000, 5),
+                                               (1654, 8), (254080, 16)])
 def test_tree_shape_bounds_leaves_and_depth(n_faces, leaf_size):
     depth = tree_depth(n_faces, leaf_size)
     sizes = np.diff(leaf_starts(n_faces, depth))
-    assert sizes.sum() == n_faces and sizes.max() <= leaf_size and sizes.min() >= 1
-    assert depth == 0 or -(-n_faces // (1 << (depth - 1))) > leaf_size  # no level more than needed
+    assert len(sizes) == 4 ** depth and sizes.sum() == n_faces
+    assert sizes.max() <= leaf_size and sizes.min() >= 1  # no empty leaf (leaf sizes of at least 4)
+    assert depth == 0 or -(-n_faces // 4 ** (depth - 1)) > leaf_size  # no level more than needed
 
 
-def test_median_split_order_is_a_permutation_that_separates_halves():
+def _centroid_mesh(centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Tiny triangles around the given centroids (exactly: the offsets cancel)."""
+    offsets = np.array([[1e-3, 0, 0], [0, 1e-3, 0], [-1e-3, -1e-3, 0]])
+    vertices = (centroids[:, None, :] + offsets).reshape(-1, 3)
+    return vertices, np.arange(len(vertices)).reshape(-1, 3)
+
+
+def test_build_is_a_median_split_along_each_nodes_longest_axis(ti_cpu):
     rng = np.random.default_rng(1)
-    centroids = rng.normal(size=(1000, 3)) * [10.0, 1.0, 1.0]  # longest axis: x
-    order = median_split_order(centroids, 3)
+    centroids = rng.normal(size=(1000, 3)) * [10.0, 3.0, 1.0]
+    bvh = TriangleBVH.build(*_centroid_mesh(centroids), leaf_size=4)
+    order = bvh.order.to_numpy()
     assert sorted(order) == list(range(1000))
-    assert centroids[order[:500], 0].max() <= centroids[order[500:], 0].min()
+    sorted_centroids = bvh.centroids.to_numpy()  # the build's centroids, in tree order
+    starts = bvh.leaf_start.to_numpy()
+    levels = 2 * bvh.depth
+    for level in range(levels):  # every binary node: left half <= right half along its longest axis
+        for j in range(1 << level):
+            start, end = starts[j << (levels - level)], starts[(j + 1) << (levels - level)]
+            mid = starts[(2 * j + 1) << (levels - level - 1)]
+            node = sorted_centroids[start:end]
+            axis = np.argmax(node.max(axis=0) - node.min(axis=0))
+            assert node[: mid - start, axis].max() <= node[mid - start:, axis].min()
+    np.testing.assert_allclose(sorted_centroids, centroids[order], atol=1e-5)
+    bvh.destroy()
 
 
 def test_closest_point_on_triangle_every_region(ti_cpu):
@@ -104,32 +120,54 @@ def test_real_mesh_bvh_equals_brute_force(ti_cpu, name):
     _three_way(mesh.vertices, mesh.faces, 256)
 
 
-def assert_bounds_enclose(bvh: TriangleBVH) -> None:
-    """Each box is its children's union (leaves: of their triangles); each sphere holds its triangle."""
-    boxes = bvh.boxes.to_numpy()
-    first_leaf = (1 << bvh.depth) - 1
-    for parent in range(first_leaf):
-        left, right = boxes[2 * parent + 1], boxes[2 * parent + 2]
-        np.testing.assert_array_equal(boxes[parent, :3], np.minimum(left[:3], right[:3]))
-        np.testing.assert_array_equal(boxes[parent, 3:], np.maximum(left[3:], right[3:]))
-    tris = bvh.tris.to_numpy().reshape(-1, 3, 3)
-    starts = bvh.leaf_start.to_numpy()
-    for k in range(len(starts) - 1):
-        corners = tris[starts[k]:starts[k + 1]].reshape(-1, 3)
-        np.testing.assert_array_equal(boxes[first_leaf + k, :3], corners.min(axis=0))
-        np.testing.assert_array_equal(boxes[first_leaf + k, 3:], corners.max(axis=0))
-    spheres = bvh.spheres.to_numpy()
-    reach = np.linalg.norm(tris - spheres[:, None, :3], axis=2).max(axis=1)
-    assert (reach <= spheres[:, 3]).all()
+def _slab_cylinder_holds(points: np.ndarray, bound: np.ndarray) -> bool:
+    """Every point (N, 3) inside the node bound (lo, hi, axis, centre, radius, thickness), in float64."""
+    lo, hi, axis, centre = bound[0:3], bound[3:6], bound[6:9], bound[9:12]
+    radius, thickness = bound[12] * (1 + 1e-6) + 1e-7, bound[13] * (1 + 1e-6) + 1e-7
+    w = points - centre
+    h = w @ axis
+    lateral = np.linalg.norm(w - h[:, None] * axis, axis=1)
+    return bool((points >= lo).all() and (points <= hi).all() and (np.abs(h) <= thickness).all()
+                and (lateral <= radius).all())
 
 
-@pytest.mark.parametrize("subdiv", [1, 4])  # depth 3 (all top levels, serial) and 9 (parallel levels too)
+def assert_bounds_hold(bvh: TriangleBVH) -> None:
+    """Every node's record is its children's bounds; every bound holds all the corners below it;
+    every slot's disc holds its triangle's corners and empty slots are never near."""
+    from engine.kernels.bvh_query import BOUND_WIDTH
+
+    nodes = bvh.nodes.to_numpy().reshape(-1, BOUND_WIDTH, 4)
+    bounds = bvh.node_bound.to_numpy().astype(np.float64)
+    for i in range(bvh.n_inner):
+        np.testing.assert_array_equal(nodes[i].T, bounds[4 * i + 1:4 * i + 5])
+    # packets hold four slots lane by lane: (packet, value, lane) -> (leaf, slot, value)
+    slots = lambda array, width: (array.to_numpy().astype(np.float64).reshape(-1, width, 4)  # noqa: E731
+                                  .transpose(0, 2, 1).reshape(bvh.n_leaves, bvh.width, width))
+    corners = slots(bvh.corner_packets, 9).reshape(bvh.n_leaves, bvh.width, 3, 3)
+    discs = slots(bvh.bound_packets, 8)
+    counts = np.diff(bvh.leaf_start.to_numpy())
+    leaf_corners = [corners[k, :counts[k]].reshape(-1, 3) for k in range(bvh.n_leaves)]
+    for level in range(bvh.depth + 1):
+        first = (4 ** level - 1) // 3
+        span = 4 ** (bvh.depth - level)  # leaves under a node of this level
+        for j in range(4 ** level):
+            points = np.concatenate(leaf_corners[j * span:(j + 1) * span])
+            assert _slab_cylinder_holds(points, bounds[first + j]), (level, j)
+    for k in range(bvh.n_leaves):
+        normal, centre, radius = discs[k, :, 0:3], discs[k, :, 3:6], discs[k, :, 6]
+        reach = np.linalg.norm(corners[k] - centre[:, None, :], axis=2).max(axis=1)
+        assert (reach[:counts[k]] <= radius[:counts[k]] * (1 + 1e-6) + 1e-7).all()
+        np.testing.assert_allclose(np.linalg.norm(normal[:counts[k]], axis=1), 1.0, atol=1e-6)
+        assert np.isnan(radius[counts[k]:]).all() and np.isnan(corners[k, counts[k]:]).all()  # empty: never near
+
+
+@pytest.mark.parametrize("subdiv", [0, 3])  # depth 1 (the root's children are leaves) and 4
 def test_refit_bounds_after_moving_vertices(ti_cpu, subdiv):
     vertices, faces = icosphere(subdiv)
     bvh = TriangleBVH.build(vertices, faces)
     bvh.vertices.from_numpy((vertices * [2.0, 0.5, 1.0] + 0.3).astype(np.float32))
     bvh.refit()
-    assert_bounds_enclose(bvh)
+    assert_bounds_hold(bvh)
     bvh.destroy()
 
 
@@ -138,12 +176,11 @@ def test_refit_equals_rebuild(ti_cpu):
     rng = np.random.default_rng(3)
     moved = vertices * [1.5, 0.6, 1.0] + 0.05 * rng.normal(size=vertices.shape)  # a large, uneven deformation
     bvh = TriangleBVH.build(vertices, faces)
-    before = bvh.boxes.to_numpy()
+    before = bvh.nodes.to_numpy()
     bvh.vertices.from_numpy(moved.astype(np.float32))
     bvh.refit()
-    boxes = bvh.boxes.to_numpy()
-    assert not np.array_equal(before, boxes)
-    assert_bounds_enclose(bvh)
+    assert not np.array_equal(before, bvh.nodes.to_numpy())
+    assert_bounds_hold(bvh)
     points = sample_queries(moved, faces, 512, seed=5)
     refitted = bvh.closest_points(points)
     fresh = TriangleBVH.build(moved, faces)
@@ -153,13 +190,15 @@ def test_refit_equals_rebuild(ti_cpu):
         tree.destroy()
 
 
-def test_refit_is_deterministic(ti_cpu):
+def test_refit_and_rebuild_are_deterministic(ti_cpu):
     vertices, faces = icosphere(3)
     bvh = TriangleBVH.build(vertices, faces)
-    first = bvh.boxes.to_numpy()
-    for _ in range(3):
-        bvh.refit()
-        np.testing.assert_array_equal(bvh.boxes.to_numpy(), first)
+    arrays = (bvh.order, bvh.nodes, bvh.node_bound, bvh.corner_packets, bvh.bound_packets)
+    first = [array.to_numpy() for array in arrays]
+    for step in (bvh.refit, bvh.rebuild, bvh.refit):
+        step()
+        for array, expected in zip(arrays, first):
+            np.testing.assert_array_equal(array.to_numpy(), expected)
     bvh.destroy()
 
 
@@ -185,6 +224,12 @@ def test_bad_mesh_is_a_user_error(ti_cpu, vertices, faces, words):
         TriangleBVH.build(vertices, faces)
 
 
+def test_bad_leaf_size_is_a_user_error(ti_cpu):
+    vertices, faces = icosphere(1)
+    with pytest.raises(UserError, match="leaf size"):
+        TriangleBVH.build(vertices, faces, leaf_size=3)
+
+
 def test_bad_points_are_a_user_error(ti_cpu):
     vertices, faces = icosphere(1)
     bvh = TriangleBVH.build(vertices, faces)
@@ -194,15 +239,18 @@ def test_bad_points_are_a_user_error(ti_cpu):
 
 
 def test_backends_agree_with_each_other_and_brute_force(worker, ti_cpu):
-    """Backend B (each worker) == brute force there == backend A (this process, cpu)."""
+    """Backend B (each worker) == brute force there == backend A (this process, cpu), for a batch
+    searched in the caller's order and one ordered on the device (SORT_MIN points or more)."""
     vertices, faces = icosphere(3)
     mesh = load_mesh(ASSETS / "spot.obj")
-    for v, f in ((vertices, faces), (mesh.vertices, mesh.faces)):
-        points = sample_queries(v, f, 128, seed=11)
+    for (v, f), n in (((vertices, faces), 128), ((mesh.vertices, mesh.faces), SORT_MIN + 1)):
+        points = sample_queries(v, f, n, seed=11)
         here = run_closest_point(v, f, points)
         there = worker.call("closest_point", vertices=v, faces=f, points=points)
         assert int(there["misses"]) == 0 and int(there["overflows"]) == 0
-        assert rel_err(there["dist2"], there["brute_dist2"]) <= REL_TOL
+        for out in (here, there):
+            assert rel_err(out["dist2"], out["brute_dist2"]) <= REL_TOL
+            np.testing.assert_array_equal(out["field_dist2"], out["dist2"])  # fields == numpy: one kernel
         assert rel_err(there["dist2"], here["dist2"]) <= REL_TOL
 
 
@@ -216,10 +264,55 @@ def test_refit_equals_rebuild_on_each_backend(worker):
 
 def test_stack_overflow_is_counted_and_raised(ti_cpu):
     vertices, faces = icosphere(3)
-    bvh = TriangleBVH.build(vertices, faces, stack_size=2)  # depth 9 needs up to 9 entries
+    bvh = TriangleBVH.build(vertices, faces, stack_size=2)  # depth 4 may need up to 12 entries
+    points = sample_queries(vertices, faces, 64, seed=1)
     with pytest.raises(RuntimeError, match="overflowed"):
-        bvh.closest_points(sample_queries(vertices, faces, 64, seed=1))
+        bvh.closest_points(points)
     assert bvh.counters()["overflows"] > 0
+    bvh.reset_counters()
+    buffers = QueryBuffers(64)
+    buffers.load(points)
+    bvh.query(buffers.points, buffers.face, buffers.bary, buffers.point, buffers.dist2, 64)
+    with pytest.raises(RuntimeError, match="overflowed"):
+        bvh.check_overflow()
+    buffers.group.destroy()
+    bvh.destroy()
+
+
+@pytest.mark.parametrize("n", [SORT_MIN - 1, 4 * SORT_MIN])
+def test_field_queries_in_either_order_equal_brute_force(ti_cpu, n):
+    """`query` on fields, searched as given (below SORT_MIN) or in Morton order: each answer lands
+    at its point's own index, equal to the brute-force kernel's."""
+    mesh = load_mesh(ASSETS / "penguin.obj")
+    points = sample_queries(mesh.vertices, mesh.faces, n, seed=3)
+    bvh = TriangleBVH.build(mesh.vertices, mesh.faces)
+    buffers = QueryBuffers(n)
+    buffers.load(points)
+    bvh.query(buffers.points, buffers.face, buffers.bary, buffers.point, buffers.dist2, n)
+    found = buffers.results(n)
+    assert rel_err(found["dist2"], bvh.brute_force(points)["dist2"]) <= REL_TOL
+    np.testing.assert_allclose(np.sum((points - found["point"]) ** 2, axis=1), found["dist2"], rtol=1e-4, atol=1e-9)
+    assert bvh.counters() == {"misses": 0, "overflows": 0}
+    buffers.group.destroy()
+    bvh.destroy()
+
+
+def test_points_on_the_surface_and_slivers_equal_brute_force(ti_cpu):
+    """Exact ties (points on vertices, edges and faces, where several triangles are at distance 0
+    or equally near) and slivers (normals that rounding makes inaccurate): the bounds' slack
+    must never skip a triangle the brute force picks."""
+    vertices, faces = icosphere(2)
+    rng = np.random.default_rng(5)
+    slivers = np.array([[0, 0, 0], [1, 1e-7, 0], [2, 0, 1e-7], [0.5, 0.5, 0.5], [0.5, 0.5 + 1e-6, 0.5]])
+    vertices = np.concatenate([vertices, slivers])
+    v0 = len(vertices) - len(slivers)
+    faces = np.concatenate([faces, [[v0, v0 + 1, v0 + 2], [v0 + 3, v0 + 4, v0]]])
+    corners = vertices[faces].astype(np.float32).astype(np.float64)
+    points = np.concatenate([vertices, corners.mean(axis=1), (corners[:, 0] + corners[:, 1]) / 2,
+                             rng.normal(size=(200, 3)) * 0.7]).astype(np.float32)
+    bvh = TriangleBVH.build(vertices, faces, leaf_size=4)
+    found, oracle = bvh.closest_points(points), bvh.brute_force(points)
+    np.testing.assert_allclose(found["dist2"], oracle["dist2"], rtol=REL_TOL, atol=1e-12)
     bvh.destroy()
 
 
@@ -280,3 +373,28 @@ def test_morton_order_is_the_z_curve():
     # neighbours along the curve are closer than random pairs, on average
     along = np.linalg.norm(np.diff(points[order], axis=0), axis=1).mean()
     assert along < 0.5 * np.linalg.norm(np.diff(points, axis=0), axis=1).mean()
+
+
+def test_disc_lower_bound_never_exceeds_the_distance(ti_cpu):
+    """The disc bound of a triangle, as the query evaluates it in float32, stays at or below the
+    float64 distance, for points on the triangle (distance ~0: any rounding would overshoot),
+    near its plane and far, on well-shaped triangles and on slivers whose normal is inaccurate."""
+    rng = np.random.default_rng(4)
+    n = 3000
+    a, b = rng.normal(size=(n, 3)), rng.normal(size=(n, 3))
+    c = rng.normal(size=(n, 3))
+    c[::3] = a[::3] + rng.uniform(0, 2, (n // 3, 1)) * (b[::3] - a[::3]) + 1e-6 * rng.normal(size=(n // 3, 3))
+    corners = np.stack([a, b, c], axis=1).astype(np.float32)
+    weights = rng.dirichlet(np.ones(3), n)
+    on = np.einsum("ij,ijk->ik", weights.astype(np.float32), corners)  # on the triangle, in float32
+    points = np.concatenate([on, on + 1e-3 * rng.normal(size=(n, 3)), on + rng.normal(size=(n, 3))]).astype(np.float32)
+    tri = np.concatenate([corners] * 3)
+
+    from tests.disc_bound import disc_lower_bounds
+
+    found = np.zeros(len(points), np.float32)
+    disc_lower_bounds(points, tri, found)
+    t64 = tri.astype(np.float64)
+    exact = np.array([numpy_dist2(points[i].astype(np.float64), t64[i:i + 1, 0], t64[i:i + 1, 1], t64[i:i + 1, 2])[0]
+                      for i in range(len(points))])
+    assert (found <= exact).all(), np.max(found - exact)

@@ -1,22 +1,42 @@
-"""Triangle BVH on the device: refit, closest-point query, and the brute-force oracle.
+"""Triangle BVH on the device: build, refit, closest-point query, and the brute-force oracle.
 
-Tree layout (built on the host by `engine.triangle_bvh`): an implicit complete binary tree of
-`depth` levels below the root, every leaf at the same depth. Node i has children
-2i+1 and 2i+2 (no child pointers); nodes of level d are [2^d - 1, 2^(d+1) - 1);
-leaf k is node 2^depth - 1 + k and owns triangle slots [leaf_start[k], leaf_start[k+1]).
-`boxes[i]` is node i's box as a 6-vector (lo.xyz, hi.xyz), so a node's two children
-are 48 adjacent bytes. `tris[t]` holds slot t's three corners (a.xyz, b.xyz, c.xyz),
-gathered in leaf order by `refit` so a leaf's triangles are contiguous, and
-`spheres[t]` a sphere around them (centroid, radius): in a leaf, a triangle whose
-sphere lies farther than the best hit so far is skipped without the full
-point-triangle test (measured: -15 to -25 % query time). `order[t]` is the original
-face index of slot t.
+Tree layout: an implicit complete 4-ary tree of `depth` levels below the root. Node i has
+children 4i+1 .. 4i+4 (no child pointers); the inner nodes are [0, first_leaf) with
+first_leaf = (4^depth - 1) / 3, and leaf k is node first_leaf + k. Leaf k owns the faces
+order[leaf_start[k] .. leaf_start[k+1]) (between 1 and the leaf size of them), sorted there
+by `split_level`: a median split along the longest centroid axis, two binary levels per
+4-ary level, done on the device.
 
-Stack bound (why overflow cannot happen): the query descends into the nearer child
-and pushes at most the farther one per internal level, so the stack never holds more
-than `depth` entries; the host refuses trees deeper than STACK_SIZE (tests pass a
-smaller `stack_size` to exercise the guard). The kernel still counts any push that
-would not fit (`counters[1]`) rather than trust the proof silently; the host raises.
+Bounds. Every node has a box and a slab-cylinder: a unit axis n, a centre c, a lateral radius
+R and a half-thickness T such that every point x of its triangles has |n.(x - c)| <= T and a
+distance at most R from the axis. With w = p - c, h = n.w, u = w - h n:
+    d(p, node)^2 >= max(|h| - T, 0)^2 + max(|u| - R, 0)^2
+Far tighter than the box on the curved and flat patches of real meshes, where boxes are
+loose whenever the patch is not axis-aligned. A leaf's cylinder is exact over its corners
+(axis: its area-weighted normal); an inner node's holds each child's cylinder and box.
+
+- `nodes[i]` (inner node i, NODE_WIDTH floats) holds its four children's bounds lane by lane:
+  lo.x of children 0..3, lo.y 0..3, ..., so one read gives the four lower bounds, which LLVM
+  computes in one vector (see `_search`), and which order the descent.
+- `node_bound[i]` (BOUND_WIDTH floats): node i's own bound, the refit's scratch.
+- Leaf k's triangles sit in `width` slots (a multiple of 4) from k width: `corners[t]` (a, b, c)
+  and, four slots to a packet, `packets[t // 4]` their bounds lane by lane: the plane normal,
+  the centroid, the radius of the corners about it, and a slack (below). That is the same
+  bound with T = 0: a disc, which skips most triangles before the exact point-triangle test.
+  Slots past a leaf's count hold NaN corners (never near).
+
+Rounding. Every cylinder bound is used less a slack, SLACK w.w + SLACK (R^2 + T^2), so
+that float32 rounding can never skip a triangle the brute-force kernel would pick: answers
+equal the brute-force kernel's, evaluated by the same triangle function. A triangle's
+corners lie within T of its computed plane (rounding, or the inaccurate normal of a sliver);
+that T is folded into its slack, as 2|h|T <= SLACK h^2 + T^2 / SLACK.
+
+Stack bound (why overflow cannot happen): at an inner node the query sorts the four
+children by their bound, descends into the nearest and pushes at most the three others,
+so the stack never holds more than 3 depth entries; the host refuses trees deeper than
+STACK_SIZE / 3 (tests pass a smaller `stack_size` to exercise the guard). The kernel still
+counts any push that would not fit (`counters[1]`) rather than trust the proof silently;
+the host raises.
 
 These kernels use `while`/`break`, which Taichi's reverse-mode AD rejects: run them
 untaped; gradients come from the envelope theorem on the returned face and barycentrics.
@@ -25,139 +45,473 @@ import taichi as ti
 
 from engine.kernels.triangle import closest_point_on_triangle
 
-STACK_SIZE = 32  # default entries per query thread; >= depth is enough (see module docstring)
-SERIAL_LEVELS = 6  # refit: levels above this one (63 nodes) are refitted by one thread
+STACK_SIZE = 32  # entries per query thread; >= 3 depth is enough (see module docstring)
 MISSES, OVERFLOWS = 0, 1  # indices into the counters field
+QUERY_BLOCK = 4  # points per block of the parallel query loop
+SLACK = 4e-6  # bound slack relative to the squared size of the bound's geometry (see module docstring)
+CORNER_PACKET = 36  # four slots' corners a, b, c, coordinate by coordinate: a.x of slots 0..3, a.y, ..., c.z
+BOUND_PACKET = 32  # four slots' disc bounds the same way: normal, centroid, radius, slack
+BOUND_WIDTH = 14  # floats of a node's bound: box lo, hi; slab-cylinder axis, centre, radius, thickness
+NODE_WIDTH = 4 * BOUND_WIDTH  # an inner node's record: its four children's bounds, lane by lane
+REL_ROUND = 1.2e-7  # float32 rounding, relative
 _INF = float("inf")
+_NAN = float("nan")
 
 
 @ti.func
-def _corners(tri):
-    return (ti.Vector([tri[0], tri[1], tri[2]]), ti.Vector([tri[3], tri[4], tri[5]]),
-            ti.Vector([tri[6], tri[7], tri[8]]))
+def _max(a, b):
+    # a > b ? a : b compiles to one maxss; ti.max adds NaN fix-ups the bounds do not need
+    return ti.select(a > b, a, b)
 
 
 @ti.func
-def box_distance2(p, box):
-    """Squared distance from p to the box (lo.xyz, hi.xyz); 0 inside."""
-    lo = ti.Vector([box[0], box[1], box[2]])
-    hi = ti.Vector([box[3], box[4], box[5]])
-    d = ti.max(ti.max(lo - p, p - hi), 0.0)
+def _min(a, b):
+    return ti.select(a < b, a, b)
+
+
+@ti.func
+def _box_distance2(p, lo, hi):
+    d = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
+    for k in ti.static(range(3)):
+        d[k] = _max(_max(lo[k] - p[k], p[k] - hi[k]), 0.0)
     return d.dot(d)
 
 
 @ti.func
-def _union(a, b):
-    return ti.Vector([ti.min(a[0], b[0]), ti.min(a[1], b[1]), ti.min(a[2], b[2]),
-                      ti.max(a[3], b[3]), ti.max(a[4], b[4]), ti.max(a[5], b[5])])
+def _cylinder_distance2(p, axis, centre, radius, thickness, slack):
+    """A lower bound on the squared distance from p to anything inside the slab-cylinder
+    (unit axis, centre, lateral radius, half-thickness), less the rounding slack:
+    SLACK w.w plus the cylinder's own `slack` (see the module docstring)."""
+    w = p - centre
+    h = axis.dot(w)
+    u = w - h * axis
+    lateral = _max(ti.sqrt(u.dot(u)) - radius, 0.0)
+    axial = _max(ti.abs(h) - thickness, 0.0)
+    return axial * axial + lateral * lateral - SLACK * w.dot(w) - slack
+
+
+@ti.func
+def _unit(v):
+    """v / |v|, or +z for a zero vector."""
+    length = ti.sqrt(v.dot(v))
+    return ti.select(length > 0.0, v * (1.0 / _max(length, 1e-30)), ti.Vector([0.0, 0.0, 1.0], dt=ti.f32))
+
+
+@ti.func
+def _triangle_bound(a, b, c):
+    """A triangle's disc bound (8 floats): the plane normal n, the centroid m, the radius of the
+    corners about m (which bounds the lateral one), and the slack. The corners' distance T from
+    the computed plane (rounding, or the inaccurate normal of a sliver) goes into the slack:
+    2|h|T <= SLACK h^2 + T^2 / SLACK. NaN corners (an empty slot) give NaN: never near."""
+    m = (a + b + c) * (1.0 / 3.0)
+    n = _unit((b - a).cross(c - a))
+    wa, wb, wc = a - m, b - m, c - m
+    radius = ti.sqrt(_max(_max(wa.dot(wa), wb.dot(wb)), wc.dot(wc)))
+    thickness = _max(_max(ti.abs(n.dot(wa)), ti.abs(n.dot(wb))), ti.abs(n.dot(wc)))
+    return ti.Vector([n[0], n[1], n[2], m[0], m[1], m[2], radius,
+                      SLACK * radius * radius + thickness * thickness * (1.0 / SLACK)], dt=ti.f32)
+
+
+@ti.func
+def _slot_corners(packet, lane: ti.template()):
+    """Slot `lane`'s corners a, b, c out of a packet of four (a vector read whole)."""
+    return (ti.Vector([packet[lane], packet[4 + lane], packet[8 + lane]]),
+            ti.Vector([packet[12 + lane], packet[16 + lane], packet[20 + lane]]),
+            ti.Vector([packet[24 + lane], packet[28 + lane], packet[32 + lane]]))
+
+
+@ti.func
+def _slot_corners_at(packets: ti.template(), index, lane):
+    """The corners of slot `lane` of packets[index], nine reads at a run-time lane."""
+    return (ti.Vector([packets[index][lane], packets[index][4 + lane], packets[index][8 + lane]]),
+            ti.Vector([packets[index][12 + lane], packets[index][16 + lane], packets[index][20 + lane]]),
+            ti.Vector([packets[index][24 + lane], packets[index][28 + lane], packets[index][32 + lane]]))
+
+
+@ti.func
+def _bound_vector(lo, hi, axis, centre, radius, thickness):
+    return ti.Vector([lo[0], lo[1], lo[2], hi[0], hi[1], hi[2], axis[0], axis[1], axis[2], centre[0], centre[1],
+                      centre[2], radius, thickness], dt=ti.f32)
+
+
+@ti.func
+def _lane(record, lane):
+    """Child `lane`'s bound out of a node record: (lo, hi, axis, centre, radius, thickness)."""
+    return (ti.Vector([record[lane], record[4 + lane], record[8 + lane]]),
+            ti.Vector([record[12 + lane], record[16 + lane], record[20 + lane]]),
+            ti.Vector([record[24 + lane], record[28 + lane], record[32 + lane]]),
+            ti.Vector([record[36 + lane], record[40 + lane], record[44 + lane]]), record[48 + lane], record[52 + lane])
+
+
+@ti.func
+def _node_bound(record):
+    """An inner node's bound from its record (its four children's): the union box, and a
+    slab-cylinder around the children's mean axis that holds each child's cylinder and box
+    (the smaller of the two extents per child, both conservative)."""
+    lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
+    hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
+    axis = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
+    for lane in ti.static(range(4)):
+        l_lo, l_hi, l_axis, _, l_radius, _ = _lane(record, lane)
+        lo, hi = _min(lo, l_lo), _max(hi, l_hi)
+        axis += l_axis * (l_radius * l_radius)  # children's axes weighted by their (area-like) R^2
+    axis = _unit(axis)
+    centre = (lo + hi) * 0.5
+    radius = 0.0
+    thickness = 0.0
+    for lane in ti.static(range(4)):
+        l_lo, l_hi, l_axis, l_centre, l_radius, l_thickness = _lane(record, lane)
+        if l_lo[0] <= l_hi[0]:  # empty children add nothing
+            w = l_centre - centre
+            h = axis.dot(w)
+            lateral = ti.sqrt((w - h * axis).norm_sqr())
+            cos = ti.abs(axis.dot(l_axis))
+            sin = ti.sqrt(_max(1.0 - cos * cos, 0.0))
+            r = lateral + l_radius + l_thickness * sin
+            t = ti.abs(h) + l_thickness * cos + l_radius * sin
+            # the child's box: its extent along the axis is exact (a linear function over a box),
+            # laterally its half-diagonal bounds every corner's offset from the box centre
+            half = (l_hi - l_lo) * 0.5
+            wb = (l_lo + l_hi) * 0.5 - centre
+            hb = axis.dot(wb)
+            box_t = ti.abs(hb) + ti.abs(axis).dot(half)
+            box_r = ti.sqrt((wb - hb * axis).norm_sqr()) + ti.sqrt(half.dot(half))
+            radius = _max(radius, _min(r, box_r) * (1.0 + 4.0 * REL_ROUND))
+            thickness = _max(thickness, _min(t, box_t) * (1.0 + 4.0 * REL_ROUND))
+    if lo[0] > hi[0]:
+        centre = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
+    return _bound_vector(lo, hi, axis, centre, radius, thickness)
+
+
+@ti.func
+def _record(bounds):
+    """A node record from its four children's bounds (BOUND_WIDTH floats each), lane by lane."""
+    record = ti.Vector([0.0] * NODE_WIDTH, dt=ti.f32)
+    for lane in ti.static(range(4)):
+        for k in ti.static(range(BOUND_WIDTH)):
+            record[4 * k + lane] = bounds[lane][k]
+    return record
 
 
 @ti.kernel
-def refit(vertices: ti.template(), faces: ti.template(), order: ti.template(), leaf_start: ti.template(),
-          tris: ti.template(), spheres: ti.template(), boxes: ti.template(), depth: ti.template()):
-    """Gather triangles into leaf order and recompute every bound bottom-up from `vertices`.
+def copy_vertices(source: ti.template(), vertices: ti.types.ndarray(), serial: ti.template()):
+    """The mesh's current vertices (a field of the caller's) into the tree's own array, as
+    float32; `serial` for a small mesh, where waking the thread pool costs more than the copy."""
+    ti.loop_config(serialize=serial)
+    for v in range(vertices.shape[0]):
+        vertices[v] = ti.cast(source[v], ti.f32)
 
-    One parallel loop over leaves (corners, bounding spheres, leaf boxes), then one
-    parallel loop per level up to level SERIAL_LEVELS (the static loop unrolls into
-    sequential loops), then the top levels serially: one launch in all. min/max are
-    exact, so the boxes are the same whatever the thread schedule.
-    """
-    first_leaf = (1 << depth) - 1
-    for k in range(1 << depth):
-        box = ti.Vector([_INF, _INF, _INF, -_INF, -_INF, -_INF], dt=ti.f32)
-        for t in range(leaf_start[k], leaf_start[k + 1]):
-            f = faces[order[t]]
-            a, b, c = vertices[f[0]], vertices[f[1]], vertices[f[2]]
-            tris[t] = ti.Vector([a[0], a[1], a[2], b[0], b[1], b[2], c[0], c[1], c[2]])
-            centre = (a + b + c) / 3.0
-            radius = ti.sqrt(ti.max(ti.max((a - centre).norm_sqr(), (b - centre).norm_sqr()), (c - centre).norm_sqr()))
-            spheres[t] = ti.Vector([centre[0], centre[1], centre[2], radius * (1.0 + 1e-6)])
-            lo = ti.min(ti.min(a, b), c)
-            hi = ti.max(ti.max(a, b), c)
-            box = _union(box, ti.Vector([lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]]))
-        boxes[first_leaf + k] = box
-    for level in ti.static(range(depth - 1, SERIAL_LEVELS - 1, -1)):
-        for i in range((1 << level) - 1, (1 << (level + 1)) - 1):
-            boxes[i] = _union(boxes[2 * i + 1], boxes[2 * i + 2])
-    # the top levels (< 2^SERIAL_LEVELS nodes) in one serial loop, children before parents:
-    # a parallel loop per tiny level would cost a task launch each for a few nodes
-    top = ti.static((1 << min(depth, SERIAL_LEVELS)) - 1)  # nodes in the top levels
-    ti.loop_config(serialize=True)
-    for j in range(top):
-        i = top - 1 - j
-        boxes[i] = _union(boxes[2 * i + 1], boxes[2 * i + 2])
+
+@ti.func
+def _lanes_min(v):
+    """The least of four lanes of which a prefix holds numbers and the rest NaN (NaN if none):
+    select-based, each comparison has the lane that may be NaN first."""
+    return _min(_min(v[3], v[2]), _min(v[1], v[0]))
+
+
+@ti.func
+def _lanes_max(v):
+    return _max(_max(v[3], v[2]), _max(v[1], v[0]))
 
 
 @ti.kernel
-def closest_point_query(points: ti.template(), n: ti.i32, tris: ti.template(), spheres: ti.template(),
-                        order: ti.template(), leaf_start: ti.template(), boxes: ti.template(), depth: ti.template(),
-                        out_face: ti.template(), out_bary: ti.template(), out_point: ti.template(),
-                        out_dist2: ti.template(), counters: ti.template(), stack_size: ti.template()):
-    """For each of the first n points: the closest triangle, its barycentrics, point and squared distance.
+def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
+                 leaf_start: ti.types.ndarray(), corner_packets: ti.types.ndarray(),
+                 bound_packets: ti.types.ndarray(), node_bound: ti.types.ndarray(), first_leaf: ti.i32,
+                 width: ti.i32):
+    """Refit, first step: gather each leaf's triangles from `vertices` into its `width` slots,
+    four at a time (a packet; slots past the leaf's count hold NaN corners: never near), then
+    their disc bounds and the leaf's bound. Every step works on a packet's four lanes alike, so
+    LLVM computes them in vectors; lanes reduce NaN-safely (`_lanes_min`)."""
+    for k in range(leaf_start.shape[0] - 1):
+        start, count, first = leaf_start[k], leaf_start[k + 1] - leaf_start[k], k * (width // 4)
+        lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
+        hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
+        axis = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
+        for packet in range(width // 4):
+            corners = ti.Vector([0.0] * CORNER_PACKET, dt=ti.f32)
+            for lane in ti.static(range(4)):  # branch-free: an empty slot reads the leaf's last face, then NaN
+                valid = 4 * packet + lane < count
+                f = tree_faces[start + ti.min(4 * packet + lane, count - 1)]
+                for corner in ti.static(range(3)):
+                    x = vertices[f[corner]]
+                    for e in ti.static(range(3)):
+                        corners[4 * (3 * corner + e) + lane] = ti.select(valid, x[e], _NAN)
+            bounds = ti.Vector([0.0] * BOUND_PACKET, dt=ti.f32)
+            cross = ti.Vector([0.0] * 12, dt=ti.f32)
+            for lane in ti.static(range(4)):
+                a, b, c = _slot_corners(corners, lane)
+                bound = _triangle_bound(a, b, c)
+                normal = (b - a).cross(c - a)
+                for e in ti.static(range(8)):
+                    bounds[4 * e + lane] = bound[e]
+                for e in ti.static(range(3)):
+                    cross[4 * e + lane] = ti.select(4 * packet + lane < count, normal[e], 0.0)
+            corner_packets[first + packet] = corners
+            bound_packets[first + packet] = bounds
+            for e in ti.static(range(3)):
+                lanes_lo = ti.Vector([_INF, _INF, _INF, _INF], dt=ti.f32)
+                lanes_hi = ti.Vector([-_INF, -_INF, -_INF, -_INF], dt=ti.f32)
+                for corner in ti.static(range(3)):
+                    for lane in ti.static(range(4)):
+                        x = corners[4 * (3 * corner + e) + lane]
+                        lanes_lo[lane] = _min(x, lanes_lo[lane])  # NaN first: an empty slot changes nothing
+                        lanes_hi[lane] = _max(x, lanes_hi[lane])
+                lo[e] = _min(_lanes_min(lanes_lo), lo[e])
+                hi[e] = _max(_lanes_max(lanes_hi), hi[e])
+                axis[e] += cross[4 * e] + cross[4 * e + 1] + cross[4 * e + 2] + cross[4 * e + 3]
+        axis = _unit(axis)  # the area-weighted normal: the patch's mean plane
+        centre = (lo + hi) * 0.5
+        radius2 = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
+        thickness = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
+        for packet in range(width // 4):
+            corners = corner_packets[first + packet]
+            for lane in ti.static(range(4)):
+                for x in ti.static(_slot_corners(corners, lane)):
+                    w = x - centre
+                    radius2[lane] = _max(w.dot(w), radius2[lane])  # the 3D distance bounds the lateral one
+                    thickness[lane] = _max(ti.abs(axis.dot(w)), thickness[lane])
+        node_bound[first_leaf + k] = _bound_vector(lo, hi, axis, centre, ti.sqrt(_lanes_max(radius2)),
+                                                   _lanes_max(thickness))
 
-    Best-first descent: visit the nearer child first, push the farther one only if its
-    box is closer than the best hit so far, and drop popped nodes that are no longer
-    closer (the early exit). A point with no hit (NaN input) gets face -1 and counts
-    as a miss.
+
+@ti.kernel
+def refit_level(nodes: ti.types.ndarray(), node_bound: ti.types.ndarray(), begin: ti.i32, end: ti.i32,
+                serial: ti.template()):
+    """Refit, inner nodes begin .. end - 1 bottom-up: each node's record from its children's
+    bounds, then its own bound from its record. A level in parallel; or, with `serial`, the
+    few nodes of the top levels in one loop from the last to the first, children before
+    parents (waking the thread pool for each tiny level would cost more than its work)."""
+    ti.loop_config(serialize=serial)
+    for j in range(end - begin):
+        i = end - 1 - j
+        c = 4 * i + 1
+        record = _record((node_bound[c], node_bound[c + 1], node_bound[c + 2], node_bound[c + 3]))
+        nodes[i] = record
+        node_bound[i] = _node_bound(record)
+
+
+@ti.kernel
+def face_centroids(vertices: ti.types.ndarray(), faces: ti.types.ndarray(), order: ti.types.ndarray(),
+                   centroids: ti.types.ndarray()):
+    """The build's start: position t holds face t and its centroid (`split_level` permutes both)."""
+    for t in range(faces.shape[0]):
+        f = faces[t]
+        order[t] = t
+        centroids[t] = (vertices[f[0]] + vertices[f[1]] + vertices[f[2]]) * (1.0 / 3.0)
+
+
+@ti.kernel
+def sort_faces(faces: ti.types.ndarray(), order: ti.types.ndarray(), tree_faces: ti.types.ndarray()):
+    """The faces in tree order, so that the refit reads them in sequence."""
+    for t in range(order.shape[0]):
+        tree_faces[t] = faces[order[t]]
+
+
+@ti.func
+def _key(centroids: ti.template(), i, axis):
+    c = centroids[i]
+    return ti.select(axis == 0, c[0], ti.select(axis == 1, c[1], c[2]))
+
+
+@ti.func
+def _swap(order: ti.template(), centroids: ti.template(), i, j):
+    order[i], order[j] = order[j], order[i]
+    centroids[i], centroids[j] = centroids[j], centroids[i]
+
+
+@ti.kernel
+def split_level(order: ti.types.ndarray(), centroids: ti.types.ndarray(), leaf_start: ti.types.ndarray(), level: ti.i32, levels: ti.i32):
+    """One binary level of the median split: every node's slots, sorted so far by the levels
+    above, are partitioned about their median along the node's longest centroid axis.
+
+    Binary node j of `level` owns leaf_start[j << (levels - level)] .. [(j + 1) << ...]: the
+    same floor(j F / 2^level) boundaries as the 4-ary tree's leaves, two binary levels per
+    4-ary level. Quickselect (Hoare partition, median-of-three pivot) in place, one thread
+    per node: deterministic, the whole level in O(F).
     """
-    first_leaf = (1 << depth) - 1
-    for q in range(n):
-        p = points[q]
-        best = _INF
-        best_dist = _INF
-        best_slot = -1
-        best_bary = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
-        best_point = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
-        stack_node = ti.Vector([0] * stack_size, dt=ti.i32)
-        stack_dist = ti.Vector([0.0] * stack_size, dt=ti.f32)
-        sp = 0
-        overflows = 0  # counted locally, added once: an atomic inside this loop miscompiles on Vulkan
-        node = 0
-        node_dist = box_distance2(p, boxes[0])
-        while True:
-            if node_dist < best and node < first_leaf:
-                left = 2 * node + 1
-                d_left = box_distance2(p, boxes[left])
-                d_right = box_distance2(p, boxes[left + 1])
-                near, far, d_near, d_far = left, left + 1, d_left, d_right
-                if d_right < d_left:
-                    near, far, d_near, d_far = left + 1, left, d_right, d_left
-                if d_far < best:
-                    if sp < stack_size:
-                        stack_node[sp] = far
-                        stack_dist[sp] = d_far
-                        sp += 1
-                    else:
-                        overflows += 1
-                node, node_dist = near, d_near
+    shift = levels - level
+    for j in range(1 << level):
+        start, end = leaf_start[j << shift], leaf_start[(j + 1) << shift]
+        mid = leaf_start[(2 * j + 1) << (shift - 1)]
+        lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
+        hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
+        for t in range(start, end):
+            lo, hi = _min(lo, centroids[t]), _max(hi, centroids[t])
+        extent = hi - lo
+        axis = 0
+        if extent[1] > extent[axis]:
+            axis = 1
+        if extent[2] > extent[axis]:
+            axis = 2
+        first, last = start, end - 1
+        while first < last:
+            a, b, c = _key(centroids, first, axis), _key(centroids, (first + last) // 2, axis), _key(centroids, last, axis)
+            pivot = _max(_min(a, b), _min(_max(a, b), c))  # the median of the three
+            i, k = first, last
+            while i <= k:
+                while _key(centroids, i, axis) < pivot:
+                    i += 1
+                while _key(centroids, k, axis) > pivot:
+                    k -= 1
+                if i <= k:
+                    _swap(order, centroids, i, k)
+                    i += 1
+                    k -= 1
+            if mid <= k:
+                last = k
+            elif mid >= i:
+                first = i
             else:
-                if node_dist < best:  # a leaf worth testing
-                    k = node - first_leaf
-                    for t in range(leaf_start[k], leaf_start[k + 1]):
-                        sphere = spheres[t]
-                        reach = best_dist + sphere[3]
-                        if (p - ti.Vector([sphere[0], sphere[1], sphere[2]])).norm_sqr() < reach * reach:
-                            a, b, c = _corners(tris[t])
+                first = last  # slot mid holds the pivot: done
+
+
+@ti.func
+def _sorted4(d, c):
+    """The four (distance, child) pairs in ascending distance (a five-comparator network)."""
+    for i, j in ti.static(((0, 1), (2, 3), (0, 2), (1, 3), (1, 2))):
+        swap = d[j] < d[i]
+        di, dj, ci, cj = d[i], d[j], c[i], c[j]
+        d[i], d[j] = ti.select(swap, dj, di), ti.select(swap, di, dj)
+        c[i], c[j] = ti.select(swap, cj, ci), ti.select(swap, ci, cj)
+    return d, c
+
+
+@ti.func
+def _search(p, corner_packets: ti.template(), bound_packets: ti.template(), leaf_start: ti.template(), width,
+            nodes: ti.template(), order: ti.template(), depth, stack_size: ti.template()):
+    """The closest point to p: (face or -1, barycentrics, point, squared distance, overflows).
+
+    Best-first descent: at an inner node, the four children sorted by their lower bound;
+    descend into the nearest, push the others that are closer than the best hit so far
+    (farthest first), drop popped nodes that are no longer closer. At a leaf, four slots'
+    disc bounds at a time, then the exact test of those closer than the best.
+    """
+    first_leaf = ((1 << (2 * depth)) - 1) // 3
+    best = _INF
+    best_slot = -1
+    best_bary = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
+    best_point = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
+    stack_node = ti.Vector([0] * stack_size, dt=ti.i32)
+    stack_dist = ti.Vector([0.0] * stack_size, dt=ti.f32)
+    sp = 0
+    overflows = 0  # counted locally, added once by the caller: an atomic inside this loop miscompiles on Vulkan
+    node = 0
+    node_dist = 0.0
+    while True:
+        descend = False
+        if node_dist < best:
+            if node < first_leaf:
+                record = nodes[node]
+                d = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
+                for lane in ti.static(range(4)):
+                    lo, hi, axis, centre, radius, thickness = _lane(record, lane)
+                    d[lane] = _max(_box_distance2(p, lo, hi), _cylinder_distance2(
+                        p, axis, centre, radius, thickness, SLACK * (radius * radius + thickness * thickness)))
+                # the lanes by distance; each distance is read back by its lane (a dynamic index),
+                # which keeps `d` in memory: LLVM then computes the four bounds in one vector
+                _, lanes = _sorted4(d, ti.Vector([0, 1, 2, 3]))
+                for rank in ti.static((3, 2, 1)):
+                    dist = d[lanes[rank]]
+                    if dist < best:
+                        if sp < stack_size:
+                            stack_node[sp] = 4 * node + 1 + lanes[rank]
+                            stack_dist[sp] = dist
+                            sp += 1
+                        else:
+                            overflows += 1
+                dist = d[lanes[0]]
+                if dist < best:
+                    node, node_dist, descend = 4 * node + 1 + lanes[0], dist, True
+            else:
+                k = node - first_leaf
+                for packet in range(width // 4):
+                    index = k * (width // 4) + packet
+                    bounds = bound_packets[index]
+                    d = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
+                    for lane in ti.static(range(4)):
+                        d[lane] = _cylinder_distance2(
+                            p, ti.Vector([bounds[lane], bounds[4 + lane], bounds[8 + lane]]),
+                            ti.Vector([bounds[12 + lane], bounds[16 + lane], bounds[20 + lane]]),
+                            bounds[24 + lane], 0.0, bounds[28 + lane])
+                    for lane in range(4):  # a dynamic index: LLVM computes the four bounds in one vector
+                        if d[lane] < best:
+                            a, b, c = _slot_corners_at(corner_packets, index, lane)
                             point, bary = closest_point_on_triangle(p, a, b, c)
                             d2 = (p - point).norm_sqr()
                             if d2 < best:
-                                best, best_slot, best_bary, best_point = d2, t, bary, point
-                                best_dist = ti.sqrt(d2)
-                if sp == 0:
-                    break
-                sp -= 1
-                node, node_dist = stack_node[sp], stack_dist[sp]
+                                best, best_slot, best_bary, best_point = d2, 4 * index + lane, bary, point
+        if not descend:
+            if sp == 0:
+                break
+            sp -= 1
+            node, node_dist = stack_node[sp], stack_dist[sp]
+    face = -1
+    if best_slot >= 0:
+        face = order[leaf_start[best_slot // width] + best_slot % width]
+    return face, best_bary, best_point, best, overflows
+
+
+@ti.kernel
+def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n: ti.i32,
+                        perm: ti.types.ndarray(dtype=ti.i32, ndim=1), permuted: ti.i32,
+                        corner_packets: ti.types.ndarray(), bound_packets: ti.types.ndarray(),
+                        leaf_start: ti.types.ndarray(),
+                        width: ti.i32, nodes: ti.types.ndarray(), order: ti.types.ndarray(), depth: ti.i32,
+                        out_face: ti.types.ndarray(dtype=ti.i32, ndim=1),
+                        out_bary: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
+                        out_point: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
+                        out_dist2: ti.types.ndarray(dtype=ti.f32, ndim=1),
+                        counts: ti.types.ndarray(dtype=ti.i32, ndim=1), stack_size: ti.template(),
+                        serial: ti.template()):
+    """For each of the first n points: the closest triangle, its barycentrics, point and squared
+    distance. With `permuted`, point perm[i] is the i-th one searched (a spatial order:
+    consecutive searches then share the tree's cache lines); the answers go to each point's own
+    index either way. A point with no hit (NaN input) gets face -1; misses and stack overflows
+    are added to counts[MISSES], counts[OVERFLOWS]. Arrays only (numpy on the CPU without a
+    copy), so the kernel compiles once per process whatever the mesh and the callers' fields.
+    `serial` runs the loop on the launching thread: for a few points, waking the CPU backend's
+    thread pool costs more (~13 us) than the searches. Otherwise blocks of QUERY_BLOCK points
+    go to whichever thread is free: searches vary in cost, and a batch of 128 stays balanced."""
+    ti.loop_config(serialize=serial, block_dim=QUERY_BLOCK)
+    for i in range(n):
+        q = i
+        if permuted:
+            q = perm[i]
+        face, bary, point, dist2, overflows = _search(points[q], corner_packets, bound_packets, leaf_start, width,
+                                                      nodes, order, depth, stack_size)
         if overflows > 0:
-            ti.atomic_add(counters[OVERFLOWS], overflows)
-        face = -1
-        if best_slot >= 0:
-            face = order[best_slot]
-        else:
-            ti.atomic_add(counters[MISSES], 1)
+            ti.atomic_add(counts[OVERFLOWS], overflows)
+        if face < 0:
+            ti.atomic_add(counts[MISSES], 1)
         out_face[q] = face
-        out_bary[q] = best_bary
-        out_point[q] = best_point
-        out_dist2[q] = best
+        out_bary[q] = bary
+        out_point[q] = point
+        out_dist2[q] = dist2
+
+
+@ti.kernel
+def gather_points(points: ti.template(), n: ti.i32, out: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
+                  serial: ti.template()):
+    """The first n query points of a caller's field into the query's array; `serial` for a small
+    batch, where waking the thread pool costs more than the copy."""
+    ti.loop_config(serialize=serial)
+    for q in range(n):
+        out[q] = ti.cast(points[q], ti.f32)
+
+
+@ti.kernel
+def scatter_results(face: ti.types.ndarray(dtype=ti.i32, ndim=1), bary: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
+                    point: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
+                    dist2: ti.types.ndarray(dtype=ti.f32, ndim=1), n: ti.i32, out_face: ti.template(),
+                    out_bary: ti.template(), out_point: ti.template(), out_dist2: ti.template(), serial: ti.template()):
+    """The query's answers for the first n points into a caller's fields (`serial`: as `gather_points`)."""
+    ti.loop_config(serialize=serial)
+    for q in range(n):
+        out_face[q] = face[q]
+        out_bary[q] = bary[q]
+        out_point[q] = point[q]
+        out_dist2[q] = dist2[q]
 
 
 @ti.kernel

@@ -1,0 +1,21 @@
+"""Test scaffolding: the query's disc bound of one triangle per point, through the engine's functions.
+
+A module of its own because Taichi reads kernel annotations as objects, which the test
+modules' `from __future__ import annotations` would turn into strings.
+"""
+import taichi as ti
+
+from engine.kernels.bvh_query import _cylinder_distance2, _triangle_bound
+
+
+@ti.kernel
+def disc_lower_bounds(p: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), t: ti.types.ndarray(dtype=ti.math.mat3, ndim=1),
+                      out: ti.types.ndarray(dtype=ti.f32, ndim=1)):
+    """The query's disc bound of triangle t[i] (rows a, b, c) from point p[i] (test scaffolding
+    around the engine's functions)."""
+    for i in range(p.shape[0]):
+        m = t[i]
+        bound = _triangle_bound(ti.Vector([m[0, 0], m[0, 1], m[0, 2]]), ti.Vector([m[1, 0], m[1, 1], m[1, 2]]),
+                                ti.Vector([m[2, 0], m[2, 1], m[2, 2]]))
+        out[i] = _cylinder_distance2(p[i], ti.Vector([bound[0], bound[1], bound[2]]),
+                                     ti.Vector([bound[3], bound[4], bound[5]]), bound[6], 0.0, bound[7])
