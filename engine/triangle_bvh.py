@@ -21,9 +21,10 @@ refit and queries are untaped launches). Re-sort when the mesh has deformed so m
 bounds overlap badly (slower queries, never wrong answers).
 
 Queries: `query` searches a batch of SORT_MIN or more points in Morton order (a bucket sort on
-the device, `engine.kernels.morton`), so consecutive searches share the tree's cache lines,
-and writes each answer to its point's own index. `closest_points` takes numpy (on the CPU the
-kernel reads and writes the arrays in place: one launch for one point).
+the device, `engine.kernels.morton`), unless the caller says they are in a spatial order already
+(`presorted`), so consecutive searches share the tree's cache lines, and writes each answer to
+its point's own index. `closest_points` takes numpy (on the CPU the kernel reads and writes the
+arrays in place: one launch for one point).
 
 `query` fields: points vec3 f32 (>= n,), out_face i32, out_bary vec3 f32, out_point vec3
 f32, out_dist2 f32 (each >= n,). `out_bary` weights the face's corners in `faces` order.
@@ -324,18 +325,21 @@ class TriangleBVH:
         if level >= 0:  # the levels above, serially in one launch
             self._launch(kernels.refit_level, self.nodes, self.node_bound, 0, level_start(level + 1), True)
 
-    def query(self, points, out_face, out_bary, out_point, out_dist2, n: int) -> None:
+    def query(self, points, out_face, out_bary, out_point, out_dist2, n: int, presorted: bool = False) -> None:
         """Closest point on the mesh for points[0:n], written to the out_* fields (no host copy; see module docstring).
 
         Args:
             points: vec3 f32 field (>= n,). out_face: i32 field, the face index (-1 for a NaN point).
             out_bary: vec3 f32, weights of the face's corners in `faces` order. out_point: vec3 f32,
             the closest point. out_dist2: f32, its squared distance (inf for a NaN point). n: points used.
+            presorted: the points are already in a spatial order (e.g. `morton_order`): not sorted again.
+        The points are gathered into the tree's array, searched (in Morton order from SORT_MIN points
+        on, unless `presorted`) and the answers scattered to the caller's fields.
         Misses and stack overflows are counted in `counters()`; untaped (call under `tape.pause()`)."""
         batch = self._batch(n, host=False)
         serial = n <= SERIAL_COPY_MAX
         self._launch(kernels.gather_points, points, n, batch.points, serial)
-        self._search(batch, n, self.counter)
+        self._search(batch, n, self.counter, sort=not presorted and n >= SORT_MIN)
         self._launch(kernels.scatter_results, batch.face, batch.bary, batch.point, batch.dist2, n, out_face, out_bary,
                      out_point, out_dist2, serial)
 
@@ -350,7 +354,7 @@ class TriangleBVH:
         batch = self._batch(n, host=True)
         batch.points[:n] = points
         batch.counts[:] = 0
-        self._search(batch, n, batch.counts)
+        self._search(batch, n, batch.counts, sort=n >= SORT_MIN)
         self._host_counts += batch.counts
         if batch.counts[kernels.OVERFLOWS]:
             raise _overflow_error(int(batch.counts[kernels.OVERFLOWS]), self)
@@ -364,12 +368,11 @@ class TriangleBVH:
             batch = self._batches[capacity, host] = _Batch(capacity, host)
         return batch
 
-    def _search(self, batch: _Batch, n: int, counts) -> None:
-        """The query kernel on batch.points[:n], in Morton order from SORT_MIN points on."""
-        permuted = n >= SORT_MIN
-        if permuted:
+    def _search(self, batch: _Batch, n: int, counts, sort: bool) -> None:
+        """The query kernel on batch.points[:n], in Morton order if `sort`."""
+        if sort:
             _Ordering.get().sort(batch.points, n, batch.perm, self._launch)
-        self._launch(kernels.closest_point_query, batch.points, n, batch.perm, int(permuted), self.corner_packets,
+        self._launch(kernels.closest_point_query, batch.points, n, batch.perm, int(sort), self.corner_packets,
                      self.bound_packets, self.leaf_start, self.width, self.nodes, self.order, self.depth, batch.face,
                      batch.bary, batch.point, batch.dist2, counts, self.stack_size, n <= SERIAL_MAX)
 
@@ -420,6 +423,17 @@ class TriangleBVH:
 def _overflow_error(overflows: int, bvh: TriangleBVH) -> RuntimeError:
     return RuntimeError(f"BVH query stack overflowed {overflows} times (depth {bvh.depth}, "
                         f"stack {bvh.stack_size}): results are incomplete")
+
+
+def tree_array(array) -> np.ndarray:
+    """One of a tree's arrays (e.g. `bvh.nodes`, `bvh.corner_packets`) as numpy: (N,) for scalars,
+    (N, width) float32 for vectors, read quietly (Taichi's `to_numpy` warns on wide vectors)."""
+    width = getattr(array, "n", None)  # a VectorNdarray's width
+    if width is None:
+        return array.to_numpy()
+    out = np.empty((array.shape[0], width), np.float32)
+    launch(kernels.vectors_to_array, array, out)
+    return out
 
 
 def sample_queries(vertices: np.ndarray, faces: np.ndarray, n: int, seed: int = 0) -> np.ndarray:

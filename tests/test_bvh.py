@@ -16,7 +16,7 @@ import pytest
 from engine.errors import UserError
 from engine.meshgen import icosphere
 from engine.mesh_io import load_mesh
-from engine.triangle_bvh import (SORT_MIN, QueryBuffers, TriangleBVH, leaf_starts, run_closest_point,
+from engine.triangle_bvh import (SORT_MIN, QueryBuffers, TriangleBVH, leaf_starts, run_closest_point, tree_array,
                                  sample_queries, tree_depth)
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -136,12 +136,12 @@ def assert_bounds_hold(bvh: TriangleBVH) -> None:
     every slot's disc holds its triangle's corners and empty slots are never near."""
     from engine.kernels.bvh_query import BOUND_WIDTH
 
-    nodes = bvh.nodes.to_numpy().reshape(-1, BOUND_WIDTH, 4)
+    nodes = tree_array(bvh.nodes).reshape(-1, BOUND_WIDTH, 4)
     bounds = bvh.node_bound.to_numpy().astype(np.float64)
     for i in range(bvh.n_inner):
         np.testing.assert_array_equal(nodes[i].T, bounds[4 * i + 1:4 * i + 5])
     # packets hold four slots lane by lane: (packet, value, lane) -> (leaf, slot, value)
-    slots = lambda array, width: (array.to_numpy().astype(np.float64).reshape(-1, width, 4)  # noqa: E731
+    slots = lambda array, width: (tree_array(array).astype(np.float64).reshape(-1, width, 4)  # noqa: E731
                                   .transpose(0, 2, 1).reshape(bvh.n_leaves, bvh.width, width))
     corners = slots(bvh.corner_packets, 9).reshape(bvh.n_leaves, bvh.width, 3, 3)
     discs = slots(bvh.bound_packets, 8)
@@ -176,10 +176,10 @@ def test_refit_equals_rebuild(ti_cpu):
     rng = np.random.default_rng(3)
     moved = vertices * [1.5, 0.6, 1.0] + 0.05 * rng.normal(size=vertices.shape)  # a large, uneven deformation
     bvh = TriangleBVH.build(vertices, faces)
-    before = bvh.nodes.to_numpy()
+    before = tree_array(bvh.nodes)
     bvh.vertices.from_numpy(moved.astype(np.float32))
     bvh.refit()
-    assert not np.array_equal(before, bvh.nodes.to_numpy())
+    assert not np.array_equal(before, tree_array(bvh.nodes))
     assert_bounds_hold(bvh)
     points = sample_queries(moved, faces, 512, seed=5)
     refitted = bvh.closest_points(points)
@@ -194,11 +194,11 @@ def test_refit_and_rebuild_are_deterministic(ti_cpu):
     vertices, faces = icosphere(3)
     bvh = TriangleBVH.build(vertices, faces)
     arrays = (bvh.order, bvh.nodes, bvh.node_bound, bvh.corner_packets, bvh.bound_packets)
-    first = [array.to_numpy() for array in arrays]
+    first = [tree_array(array) for array in arrays]
     for step in (bvh.refit, bvh.rebuild, bvh.refit):
         step()
         for array, expected in zip(arrays, first):
-            np.testing.assert_array_equal(array.to_numpy(), expected)
+            np.testing.assert_array_equal(tree_array(array), expected)
     bvh.destroy()
 
 
@@ -281,17 +281,21 @@ def test_stack_overflow_is_counted_and_raised(ti_cpu):
 
 @pytest.mark.parametrize("n", [SORT_MIN - 1, 4 * SORT_MIN])
 def test_field_queries_in_either_order_equal_brute_force(ti_cpu, n):
-    """`query` on fields, searched as given (below SORT_MIN) or in Morton order: each answer lands
-    at its point's own index, equal to the brute-force kernel's."""
+    """`query` on fields, searched as given (below SORT_MIN, or `presorted`) or in Morton order:
+    each answer lands at its point's own index, equal to the brute-force kernel's."""
     mesh = load_mesh(ASSETS / "penguin.obj")
     points = sample_queries(mesh.vertices, mesh.faces, n, seed=3)
     bvh = TriangleBVH.build(mesh.vertices, mesh.faces)
+    expected = bvh.brute_force(points)["dist2"]
     buffers = QueryBuffers(n)
     buffers.load(points)
-    bvh.query(buffers.points, buffers.face, buffers.bary, buffers.point, buffers.dist2, n)
-    found = buffers.results(n)
-    assert rel_err(found["dist2"], bvh.brute_force(points)["dist2"]) <= REL_TOL
-    np.testing.assert_allclose(np.sum((points - found["point"]) ** 2, axis=1), found["dist2"], rtol=1e-4, atol=1e-9)
+    for presorted in (False, True):
+        buffers.dist2.fill(-1.0)
+        bvh.query(buffers.points, buffers.face, buffers.bary, buffers.point, buffers.dist2, n, presorted=presorted)
+        found = buffers.results(n)
+        assert rel_err(found["dist2"], expected) <= REL_TOL
+        np.testing.assert_allclose(np.sum((points - found["point"]) ** 2, axis=1), found["dist2"], rtol=1e-4,
+                                   atol=1e-9)
     assert bvh.counters() == {"misses": 0, "overflows": 0}
     buffers.group.destroy()
     bvh.destroy()

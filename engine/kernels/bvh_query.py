@@ -515,6 +515,14 @@ def scatter_results(face: ti.types.ndarray(dtype=ti.i32, ndim=1), bary: ti.types
 
 
 @ti.kernel
+def vectors_to_array(vectors: ti.types.ndarray(), out: ti.types.ndarray()):
+    """An array of wide vectors (the packets, node records) into an (N, width) array, element by
+    element: Taichi's own `to_numpy` unrolls a vector's elements and warns above 32 of them."""
+    for i, k in ti.ndrange(out.shape[0], out.shape[1]):
+        out[i, k] = vectors[i][k]
+
+
+@ti.kernel
 def brute_force_closest(points: ti.template(), n: ti.i32, vertices: ti.template(), faces: ti.template(),
                         out_face: ti.template(), out_bary: ti.template(), out_point: ti.template(),
                         out_dist2: ti.template()):
