@@ -98,18 +98,43 @@ def _unit(v):
 
 
 @ti.func
-def _triangle_bound(a, b, c):
-    """A triangle's disc bound (8 floats): the plane normal n, the centroid m, the radius of the
-    corners about m (which bounds the lateral one), and the slack. The corners' distance T from
-    the computed plane (rounding, or the inaccurate normal of a sliver) goes into the slack:
-    2|h|T <= SLACK h^2 + T^2 / SLACK. NaN corners (an empty slot) give NaN: never near."""
-    m = (a + b + c) * (1.0 / 3.0)
-    n = _unit((b - a).cross(c - a))
-    wa, wb, wc = a - m, b - m, c - m
-    radius = ti.sqrt(_max(_max(wa.dot(wa), wb.dot(wb)), wc.dot(wc)))
-    thickness = _max(_max(ti.abs(n.dot(wa)), ti.abs(n.dot(wb))), ti.abs(n.dot(wc)))
-    return ti.Vector([n[0], n[1], n[2], m[0], m[1], m[2], radius,
-                      SLACK * radius * radius + thickness * thickness * (1.0 / SLACK)], dt=ti.f32)
+def _lanes(packet, row: ti.template()):
+    """Row `row` of a packet (one value of its four slots, e.g. a.x) as a 4-vector."""
+    return ti.Vector([packet[4 * row], packet[4 * row + 1], packet[4 * row + 2], packet[4 * row + 3]])
+
+
+@ti.func
+def _packet_bounds(corners):
+    """The disc bounds of a packet's four triangles (BOUND_PACKET floats, lane by lane: the plane
+    normal n, the centroid m, the radius of the corners about m (which bounds the lateral one),
+    and the slack), and their unnormalised normals (three 4-vectors, x, y, z). Written on the
+    packet's rows, so that each operation covers the four lanes (LLVM computes them in vectors).
+    The corners' distance T from the computed plane (rounding, or the inaccurate normal of a
+    sliver) goes into the slack: 2|h|T <= SLACK h^2 + T^2 / SLACK. NaN corners (an empty slot)
+    give NaN: never near."""
+    ax, ay, az = _lanes(corners, 0), _lanes(corners, 1), _lanes(corners, 2)
+    bx, by, bz = _lanes(corners, 3), _lanes(corners, 4), _lanes(corners, 5)
+    cx, cy, cz = _lanes(corners, 6), _lanes(corners, 7), _lanes(corners, 8)
+    e1x, e1y, e1z, e2x, e2y, e2z = bx - ax, by - ay, bz - az, cx - ax, cy - ay, cz - az
+    nx, ny, nz = e1y * e2z - e1z * e2y, e1z * e2x - e1x * e2z, e1x * e2y - e1y * e2x
+    length = ti.sqrt(nx * nx + ny * ny + nz * nz)
+    inv = 1.0 / _max(length, 1e-30)
+    ux = ti.select(length > 0.0, nx * inv, 0.0)  # as `_unit`: +z for a zero normal
+    uy = ti.select(length > 0.0, ny * inv, 0.0)
+    uz = ti.select(length > 0.0, nz * inv, 1.0)
+    mx, my, mz = (ax + bx + cx) * (1.0 / 3.0), (ay + by + cy) * (1.0 / 3.0), (az + bz + cz) * (1.0 / 3.0)
+    wax, way, waz, wbx, wby, wbz = ax - mx, ay - my, az - mz, bx - mx, by - my, bz - mz
+    wcx, wcy, wcz = cx - mx, cy - my, cz - mz
+    radius = ti.sqrt(_max(_max(wax * wax + way * way + waz * waz, wbx * wbx + wby * wby + wbz * wbz),
+                          wcx * wcx + wcy * wcy + wcz * wcz))
+    thickness = _max(_max(ti.abs(ux * wax + uy * way + uz * waz), ti.abs(ux * wbx + uy * wby + uz * wbz)),
+                     ti.abs(ux * wcx + uy * wcy + uz * wcz))
+    slack = SLACK * radius * radius + thickness * thickness * (1.0 / SLACK)
+    bounds = ti.Vector([0.0] * BOUND_PACKET, dt=ti.f32)
+    for lane in ti.static(range(4)):
+        for row, values in ti.static(enumerate((ux, uy, uz, mx, my, mz, radius, slack))):
+            bounds[4 * row + lane] = values[lane]
+    return bounds, nx, ny, nz
 
 
 @ti.func
@@ -221,13 +246,15 @@ def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
                  width: ti.i32):
     """Refit, first step: gather each leaf's triangles from `vertices` into its `width` slots,
     four at a time (a packet; slots past the leaf's count hold NaN corners: never near), then
-    their disc bounds and the leaf's bound. Every step works on a packet's four lanes alike, so
-    LLVM computes them in vectors; lanes reduce NaN-safely (`_lanes_min`)."""
+    their disc bounds (`_packet_bounds`) and the leaf's bound. Every step works on a packet's
+    four lanes alike, so LLVM computes them in vectors; the box and the normal sum are kept per
+    lane and reduced once per leaf, NaN-safely (`_lanes_min`)."""
     for k in range(leaf_start.shape[0] - 1):
         start, count, first = leaf_start[k], leaf_start[k + 1] - leaf_start[k], k * (width // 4)
-        lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
-        hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
-        axis = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
+        lo_x = ti.Vector([_INF] * 4, dt=ti.f32)
+        hi_x = ti.Vector([-_INF] * 4, dt=ti.f32)
+        sum_x = ti.Vector([0.0] * 4, dt=ti.f32)
+        lo_y, lo_z, hi_y, hi_z, sum_y, sum_z = lo_x, lo_x, hi_x, hi_x, sum_x, sum_x
         for packet in range(width // 4):
             corners = ti.Vector([0.0] * CORNER_PACKET, dt=ti.f32)
             for lane in ti.static(range(4)):  # branch-free: an empty slot reads the leaf's last face, then NaN
@@ -237,31 +264,23 @@ def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
                     x = vertices[f[corner]]
                     for e in ti.static(range(3)):
                         corners[4 * (3 * corner + e) + lane] = ti.select(valid, x[e], _NAN)
-            bounds = ti.Vector([0.0] * BOUND_PACKET, dt=ti.f32)
-            cross = ti.Vector([0.0] * 12, dt=ti.f32)
-            for lane in ti.static(range(4)):
-                a, b, c = _slot_corners(corners, lane)
-                bound = _triangle_bound(a, b, c)
-                normal = (b - a).cross(c - a)
-                for e in ti.static(range(8)):
-                    bounds[4 * e + lane] = bound[e]
-                for e in ti.static(range(3)):
-                    cross[4 * e + lane] = ti.select(4 * packet + lane < count, normal[e], 0.0)
             corner_packets[first + packet] = corners
+            bounds, nx, ny, nz = _packet_bounds(corners)
             bound_packets[first + packet] = bounds
-            for e in ti.static(range(3)):
-                lanes_lo = ti.Vector([_INF, _INF, _INF, _INF], dt=ti.f32)
-                lanes_hi = ti.Vector([-_INF, -_INF, -_INF, -_INF], dt=ti.f32)
-                for corner in ti.static(range(3)):
-                    for lane in ti.static(range(4)):
-                        x = corners[4 * (3 * corner + e) + lane]
-                        lanes_lo[lane] = _min(x, lanes_lo[lane])  # NaN first: an empty slot changes nothing
-                        lanes_hi[lane] = _max(x, lanes_hi[lane])
-                lo[e] = _min(_lanes_min(lanes_lo), lo[e])
-                hi[e] = _max(_lanes_max(lanes_hi), hi[e])
-                axis[e] += cross[4 * e] + cross[4 * e + 1] + cross[4 * e + 2] + cross[4 * e + 3]
-        axis = _unit(axis)  # the area-weighted normal: the patch's mean plane
-        centre = (lo + hi) * 0.5
+            valid = ti.Vector([4 * packet, 4 * packet + 1, 4 * packet + 2, 4 * packet + 3]) < count
+            sum_x, sum_y, sum_z = sum_x + ti.select(valid, nx, 0.0), sum_y + ti.select(valid, ny, 0.0), \
+                sum_z + ti.select(valid, nz, 0.0)
+            # each corner's row first: NaN lanes (empty slots) change nothing
+            lo_x = _min(_min(_min(_lanes(corners, 0), _lanes(corners, 3)), _lanes(corners, 6)), lo_x)
+            lo_y = _min(_min(_min(_lanes(corners, 1), _lanes(corners, 4)), _lanes(corners, 7)), lo_y)
+            lo_z = _min(_min(_min(_lanes(corners, 2), _lanes(corners, 5)), _lanes(corners, 8)), lo_z)
+            hi_x = _max(_max(_max(_lanes(corners, 0), _lanes(corners, 3)), _lanes(corners, 6)), hi_x)
+            hi_y = _max(_max(_max(_lanes(corners, 1), _lanes(corners, 4)), _lanes(corners, 7)), hi_y)
+            hi_z = _max(_max(_max(_lanes(corners, 2), _lanes(corners, 5)), _lanes(corners, 8)), hi_z)
+        box_lo = ti.Vector([_lanes_min(lo_x), _lanes_min(lo_y), _lanes_min(lo_z)])
+        box_hi = ti.Vector([_lanes_max(hi_x), _lanes_max(hi_y), _lanes_max(hi_z)])
+        axis = _unit(ti.Vector([sum_x.sum(), sum_y.sum(), sum_z.sum()]))  # the area-weighted normal: the mean plane
+        centre = (box_lo + box_hi) * 0.5
         radius2 = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
         thickness = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
         for packet in range(width // 4):
@@ -271,7 +290,7 @@ def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
                     w = x - centre
                     radius2[lane] = _max(w.dot(w), radius2[lane])  # the 3D distance bounds the lateral one
                     thickness[lane] = _max(ti.abs(axis.dot(w)), thickness[lane])
-        node_bound[first_leaf + k] = _bound_vector(lo, hi, axis, centre, ti.sqrt(_lanes_max(radius2)),
+        node_bound[first_leaf + k] = _bound_vector(box_lo, box_hi, axis, centre, ti.sqrt(_lanes_max(radius2)),
                                                    _lanes_max(thickness))
 
 
