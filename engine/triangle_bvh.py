@@ -427,7 +427,15 @@ def _overflow_error(overflows: int, bvh: TriangleBVH) -> RuntimeError:
 
 def tree_array(array) -> np.ndarray:
     """One of a tree's arrays (e.g. `bvh.nodes`, `bvh.corner_packets`) as numpy: (N,) for scalars,
-    (N, width) float32 for vectors, read quietly (Taichi's `to_numpy` warns on wide vectors)."""
+    (N, width) float32 for vectors, read quietly (Taichi's `to_numpy` warns on wide vectors).
+
+        >>> from engine import backend
+        >>> from engine.meshgen import icosphere
+        >>> _ = backend.init("cpu")
+        >>> bvh = TriangleBVH.build(*icosphere(2))           # 320 faces: 16 leaves of 20, 5 packets each
+        >>> tree_array(bvh.corner_packets).shape, tree_array(bvh.order).shape
+        ((80, 36), (320,))
+    """
     width = getattr(array, "n", None)  # a VectorNdarray's width
     if width is None:
         return array.to_numpy()
