@@ -14,6 +14,7 @@ from imgui_bundle import imgui, implot
 
 from app.ui import colours
 from app.ui.gl import Gfx
+from app.ui.panels.run_controls import run_buttons, run_caption
 from app.ui.state import AppState, Command, invert_reset_command
 
 IMAGES = (("target", "target"), ("image", "current"), ("diff", "|difference| x4"))
@@ -49,21 +50,15 @@ def _controls(state: AppState) -> None:
     c, view.seed = imgui.input_int("seed", view.seed)
     changed |= c
     imgui.begin_disabled(not view.ready or view.busy)
-    width = imgui.ImVec2(imgui.get_font_size() * 4, 0)
     imgui.same_line()
-    done = view.iteration >= view.max_iterations
-    imgui.begin_disabled(done and not view.running)
-    if imgui.button("Pause##invert" if view.running else "Start##invert", width):
-        view.running = not view.running
+    pressed = run_buttons(view.running, view.iteration >= view.max_iterations, imgui.get_font_size() * 4, "##invert")
     imgui.end_disabled()
-    imgui.same_line()
-    if imgui.button("Step##invert", width):
+    if pressed == "run":
+        view.running = not view.running
+    elif pressed == "step":
         view.running = False
         state.commands.append(Command("invert_step"))
-    imgui.same_line()
-    if imgui.button("Reset##invert", width):
-        changed = True
-    imgui.end_disabled()
+    changed |= pressed == "reset"
     if changed:
         view.running = False
         state.commands.append(invert_reset_command(state))
@@ -72,16 +67,12 @@ def _controls(state: AppState) -> None:
 
 def _caption(state: AppState) -> str:
     view = state.invert
-    if view.busy:
-        return "setting up the inversion..."
-    if not view.ready:
-        return "waiting for the backend"
-    loss = f" | loss {view.losses[-1]:.3e}" if view.losses else ""
-    errors = (f" | joints off by {view.errors.get('joints', 0.0):.3f} deg, letter by "
-              f"{view.errors.get('letter', 0.0):.4f}") if view.errors else ""
-    speed = f" | {view.iterations_per_s:.1f} it/s" if state.show_timings and view.running else ""
-    done = " | done: Reset to start over" if view.iteration >= view.max_iterations else ""
-    return f"iteration {view.iteration}/{view.max_iterations}{loss}{errors}{speed}{done}"
+    return run_caption(
+        view.busy, view.ready, "the inversion", "waiting for the backend",
+        f"iteration {view.iteration}/{view.max_iterations}", f"loss {view.losses[-1]:.3e}" if view.losses else "",
+        f"joints off by {view.errors.get('joints', 0.0):.3f} deg, letter by {view.errors.get('letter', 0.0):.4f}"
+        if view.errors else "", f"{view.iterations_per_s:.1f} it/s" if state.show_timings and view.running else "",
+        "done: Reset to start over" if view.iteration >= view.max_iterations else "")
 
 
 def _images(state: AppState, gfx: Gfx) -> None:
