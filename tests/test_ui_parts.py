@@ -106,7 +106,10 @@ class _Recorder(_Link):
 
     def __init__(self):
         super().__init__("ready")
-        self.sent = []
+        self.sent, self.started = [], False
+
+    def start(self) -> None:
+        self.started = True
 
     def send(self, request) -> None:
         self.sent.append(request)
@@ -115,8 +118,9 @@ class _Recorder(_Link):
 def _render_grad_controller() -> tuple[Controller, AppState]:
     state = AppState(arch="cpu", parity_arch="vulkan", show_timings=False)
     controller = Controller.__new__(Controller)  # recording links: the render-gradient comparison's protocol alone
-    controller.primary, controller.parity = _Recorder(), _Recorder()
-    controller._first_calls = {controller.primary: set(), controller.parity: {"render_gradient"}}
+    controller.primary, controller.parity, controller.render_grad = _Recorder(), _Recorder(), _Recorder()
+    controller._first_calls = {controller.primary: set(), controller.parity: set(),
+                               controller.render_grad: {"render_gradient"}}
     return controller, state
 
 
@@ -125,7 +129,7 @@ def _answer(request, **outputs):
     from app.ui.links import Answer
 
     answer = Answer(request, outputs)
-    if request.slot in ("render_grad", "prepare"):
+    if request.slot == "render_grad":
         _parity_post(answer)
     return answer
 
@@ -142,8 +146,9 @@ def test_render_gradient_comparison_redoes_both_sides_over_the_agreeing_pixels(b
     at = {"theta": np.arange(4.0), "weight": np.ones((2, 3), np.float32)}
     grad_a = np.array([1.0, -2.0, 0.5, 0.0])
     controller._primary_answer(state, _answer(first_a, grad=grad_a, image=image_a, iteration=np.int64(7), at=at))
-    assert state.parity.render_grad_stage.startswith("evaluating on vulkan (B): its first")
-    first_b = controller.parity.sent[-1]
+    assert state.parity.render_grad_stage.startswith("starting a vulkan worker for B")
+    assert controller.render_grad.started and not controller.parity.sent  # a worker of its own, started on demand
+    first_b = controller.render_grad.sent[-1]
     image_b = image_a.copy()
     image_b[1, 2, 0] = 1e-3  # beyond PIXEL_ATOL: this pixel's gradient is not compared
     controller._parity_answer(state, _answer(first_b, grad=grad_a + 0.5, image=image_b))
@@ -152,7 +157,8 @@ def test_render_gradient_comparison_redoes_both_sides_over_the_agreeing_pixels(b
     assert second_a.inputs["weight"][1, 2] == 0 and np.array_equal(second_a.inputs["theta"], at["theta"])
     masked = {**at, "weight": second_a.inputs["weight"]}
     controller._primary_answer(state, _answer(second_a, grad=grad_a, image=image_a, iteration=np.int64(8), at=masked))
-    second_b = controller.parity.sent[-1]
+    assert state.parity.render_grad_stage == "evaluating on vulkan (B)"
+    second_b = controller.render_grad.sent[-1]
     assert second_b is not first_b and second_b.inputs["weight"] is masked["weight"]
     controller._parity_answer(state, _answer(second_b, grad=grad_a + np.array([0.0, b_off, 0.0, 0.0]), image=image_b))
     summary = state.parity.render_grad_summary

@@ -20,7 +20,8 @@
    flipped a march decision on a few silhouette pixels) A then B again over the pixels whose images agree.
 
 The primary backend (`--arch`) runs the renderer and the fit in one worker; the
-parity backend (`--parity-arch`) runs in another. See `app.ui.links`.
+parity backend (`--parity-arch`) runs in another, and B's render gradient in a third on the same
+backend, started on the first "compare render gradient". See `app.ui.links`.
 """
 from __future__ import annotations
 
@@ -73,8 +74,6 @@ class RenderGradRound:
 
 def _parity_post(answer: Answer) -> None:
     """Parity link: compare B's answer with A's (carried in the request context), off the UI thread."""
-    if answer.request.slot == "prepare":
-        return
     if answer.request.slot == "render_grad":
         round_ = answer.request.context
         answer.extra = {"rel": relative_gap(round_.grad_a, answer.outputs["grad"])}
@@ -95,12 +94,17 @@ class Controller:
         # the inverse render goes first: its fields must be the worker's first (Taichi's offline cache is keyed by
         # SNode ids), or its kernels compile again (minutes) instead of loading
         self.primary = WorkerLink(state.arch, priorities=("invert", "fit", "render"), queued=("invert", "fit"))
-        self.parity = WorkerLink(state.parity_arch, priorities=("prepare", "grad", "render_grad", "render"),
-                                 queued=("prepare",), post=_parity_post)
+        self.parity = WorkerLink(state.parity_arch, priorities=("grad", "render"), post=_parity_post)
+        # B's render gradient runs in a worker of its own, started on the first "compare render gradient": there the
+        # differentiable renderer's fields are the first, as in the processes that filled the cache (the render
+        # tests' and the claims' workers, `invert`), so its kernels load (seconds) instead of compiling (minutes),
+        # and the parity worker goes on comparing frames and the fit's gradients meanwhile
+        self.render_grad = WorkerLink(state.parity_arch, priorities=("render_grad",), post=_parity_post)
         self._sent_render: dict | None = None
         self._fit_started: float | None = None  # perf_counter when the running fit's rate window began
         self._fit_iterations_at_start = 0
-        self._first_calls = {self.primary: set(FIRST_CALLS), self.parity: set(FIRST_CALLS)}
+        self._first_calls = {self.primary: set(FIRST_CALLS), self.parity: set(FIRST_CALLS),
+                             self.render_grad: set(FIRST_CALLS)}
         self._started_at: dict[tuple[WorkerLink, str], float] = {}  # when each start-up step was first seen running
         self._grad_in_flight = False  # a gradient comparison is under way (primary, then parity)
         self._grad_compared_iteration = -1  # the fit iteration whose gradients were last compared
@@ -112,14 +116,13 @@ class Controller:
     def start(self, state: AppState) -> None:
         self.primary.start()
         self.parity.start()
-        # likewise the parity worker's: its first "compare render gradient" then loads the kernels from the cache
-        self.parity.send(Request("prepare", f"{SERVICES}:prepare_render_gradient", {}))
         state.commands.append(invert_reset_command(state))
         state.commands.append(reset_command(state))
 
     def close(self) -> None:
         self.primary.close()
         self.parity.close()
+        self.render_grad.close()
 
     # --- once per frame -------------------------------------------------------------------------
     def tick(self, state: AppState, dt: float) -> None:
@@ -128,6 +131,10 @@ class Controller:
             self._primary_answer(state, self.primary.answers.get())
         while not self.parity.answers.empty():
             self._parity_answer(state, self.parity.answers.get())
+        while not self.render_grad.answers.empty():
+            self._parity_answer(state, self.render_grad.answers.get())
+        if state.parity.render_grad_stage and self.render_grad.status.startswith("unavailable"):
+            self._render_grad_done(state, f"render gradient comparison failed: {self.render_grad.status}")
         view = state.raymarch
         if view.playing:
             view.t = (view.t + dt * view.speed / view.cycle_s) % 1.0
@@ -227,11 +234,14 @@ class Controller:
             round_ = answer.request.context or RenderGradRound(int(out["iteration"]), dict(out["at"]), out["grad"],
                                                                 out["image"])
             round_.grad_a = out["grad"]
-            cold = "render_gradient" in self._first_calls[self.parity]
-            state.parity.render_grad_stage = f"evaluating on {state.parity_arch} (B)" + (
-                ": its first evaluation loads or compiles the differentiable renderer" if cold else "")
-            self.parity.send(Request("render_grad", "render_gradient", dict(out["at"]), context=round_,
-                                     timeout_s=INVERT_TIMEOUT_S))
+            first = "render_gradient" in self._first_calls[self.render_grad]
+            state.parity.render_grad_stage = (
+                f"starting a {state.parity_arch} worker for B, loading (or compiling) the renderer's kernels there"
+                if first else f"evaluating on {state.parity_arch} (B)")
+            if not self.render_grad.started:
+                self.render_grad.start()
+            self.render_grad.send(Request("render_grad", "render_gradient", dict(out["at"]), context=round_,
+                                          timeout_s=INVERT_TIMEOUT_S))
         elif name == "fit_gradient":
             atol = GRAD_RTOL * float(np.abs(out["grad"]).max())
             self.parity.send(Request("grad", "fit_gradient_at", dict(out["at"]),
@@ -277,10 +287,10 @@ class Controller:
             view.running = False
 
     def _parity_answer(self, state: AppState, answer: Answer) -> None:
-        self._first_calls[self.parity].discard(answer.request.name.rsplit(":", 1)[-1])
+        """An answer of the parity worker, or of the render-gradient worker (slot "render_grad")."""
+        link = self.render_grad if answer.request.slot == "render_grad" else self.parity
+        self._first_calls[link].discard(answer.request.name.rsplit(":", 1)[-1])
         view = state.parity
-        if answer.request.slot == "prepare" and answer.outputs is not None:
-            return
         if answer.outputs is None:
             failed = f"parity comparison failed: {answer.error}"
             if answer.request.slot == "grad":

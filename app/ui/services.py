@@ -169,17 +169,6 @@ def invert_gradient(theta: np.ndarray | None = None, weight: np.ndarray | None =
             "at": inputs}
 
 
-def prepare_render_gradient() -> dict:
-    """Allocate this process's differentiable renderer (no kernel runs): called first in the parity worker, so that
-    its fields are the process's first, as in the processes that filled Taichi's offline cache (the claims' and the
-    render tests' workers, `invert`): the cache is keyed by SNode ids, and the renderer's kernels then load from it
-    (seconds) where they would compile again (minutes) on the first "compare render gradient"."""
-    from app.scenes.invert import renderer
-
-    renderer()
-    return {}
-
-
 def _invert_snapshot(losses: list[float]) -> dict:
     """The inversion's images (sRGB uint8), pose parameters in display units and new losses, as arrays."""
     from app.scenes.invert import side_by_side
