@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.ui.app import AppOptions, is_warm, restore_default_layout, run_app
+from app.ui.app import WARM_TIMEOUT_S, AppOptions, is_warm, restore_default_layout, run_app
 
 log = logging.getLogger(__name__)
 GOLDEN = Path(__file__).parent / "golden"
@@ -95,7 +95,7 @@ def _script(records: dict, files: dict):
 
     def script(ctx, state) -> None:
         fit, view = state.fit, state.raymarch
-        _wait(ctx, lambda: is_warm(state), "live content in every panel")
+        _wait(ctx, lambda: is_warm(state), "live content in every panel", WARM_TIMEOUT_S)  # 300 s fell short at load 12
         records["warm_errors"] = list(state.errors)
 
         ctx.set_ref("Shape fit")

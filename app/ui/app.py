@@ -37,6 +37,7 @@ SOFTWARE_GL = ("llvmpipe", "softpipe", "swiftshader")  # GL renderers that draw 
 SOFTWARE_GL_FPS_MAX = 60.0  # their frame cap (hardware GL has vsync for that)
 WARM_TIMEOUT_S = 600.0  # --frames gives up waiting for live content after this long and shoots anyway
 WARM_REPORT_S = 60.0  # meanwhile it says what it waits for this often
+TEST_WATCHDOG_S = 2400.0  # a test_function script is stopped after this long (a whole GUI session under load)
 
 
 @dataclass
@@ -366,7 +367,8 @@ def run_app(options: AppOptions) -> AppRun:
 
             def patient_watchdog() -> None:  # the first run compiles kernels for minutes: no test kill at 60 s
                 engine_io = imgui.test_engine.get_io(hello_imgui.get_imgui_test_engine())
-                engine_io.config_watchdog_warning = engine_io.config_watchdog_kill_test = WARM_TIMEOUT_S
+                engine_io.config_watchdog_warning = WARM_TIMEOUT_S
+                engine_io.config_watchdog_kill_test = TEST_WATCHDOG_S
 
             params.callbacks.register_tests = patient_watchdog
             testing.run(test_function=lambda ctx: options.test_function(ctx, state),
