@@ -184,7 +184,7 @@ def _mesh_view(state: AppState, gfx: Gfx, size: imgui.ImVec2) -> None:
     draw_list = imgui.get_window_draw_list()
     draw_list.push_clip_rect(origin, imgui.ImVec2(origin.x + size.x, origin.y + size.y), True)
     draw_list.add_text(imgui.ImVec2(origin.x + 6, origin.y + 4), imgui.get_color_u32(imgui.Col_.text),
-                       "mesh (orange) vs target (blue wireframe)")
+                       "mesh (orange), target (blue)")
     draw_list.pop_clip_rect()
     imgui.set_cursor_screen_pos(imgui.ImVec2(origin.x + 6, origin.y + size.y - imgui.get_frame_height() - 6))
     if imgui.small_button("Reset view##fit"):
