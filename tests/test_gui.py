@@ -245,7 +245,8 @@ def _script(records: dict, files: dict):
         _wait(ctx, lambda: bool(state.parity.render_grad_summary), "the render gradient comparison",
               RENDER_GRAD_WAIT_S)
         records["render_grad"] = (state.parity.render_grad_summary, state.parity.render_grad_stage)
-        log.info("the render gradient comparison answered in %.0f s", time.perf_counter() - asked)
+        log.info("the render gradient comparison answered in %.0f s: %s", time.perf_counter() - asked,
+                 state.parity.render_grad_summary)
 
     return script
 

@@ -21,6 +21,8 @@ from app.ui.state import AppState, Command, invert_reset_command
 IMAGES = (("target", "target"), ("image", "current"), ("diff", "|difference| x4"))
 COLUMNS = ("parameter", "true", "start", "current")
 TABLE_SHARE = 0.65  # of the panel's width, at most, for the parameter table
+EMPTY_PLOT_ITERATIONS = 100.0  # the loss plot's x range before the first iteration
+NARROW_PLOT_EMS = 14  # a loss plot narrower than this many font sizes labels only the ends of its x axis
 
 
 def draw(state: AppState, gfx: Gfx) -> None:
@@ -139,8 +141,11 @@ def _loss_plot(state: AppState, size: imgui.ImVec2) -> None:
     if implot.begin_plot("image loss", size, implot.Flags_.no_legend):
         implot.setup_axes("iteration", "L2 loss (log)", implot.AxisFlags_.auto_fit, implot.AxisFlags_.auto_fit)
         implot.setup_axis_scale(implot.ImAxis_.y1, implot.Scale_.log10)
+        last = max(len(losses) - 1, 1) if losses else EMPTY_PLOT_ITERATIONS
+        if size.x < NARROW_PLOT_EMS * imgui.get_font_size():  # its six default ticks ran into each other
+            implot.setup_axis_ticks(implot.ImAxis_.x1, 0.0, float(last), 2)
         if not losses:
-            implot.setup_axes_limits(0.0, 100.0, 1e-6, 1e-2, implot.Cond_.always)
+            implot.setup_axes_limits(0.0, EMPTY_PLOT_ITERATIONS, 1e-6, 1e-2, implot.Cond_.always)
         else:
             ys = np.asarray(losses, dtype=np.float64)
             implot.plot_line("loss", np.arange(len(ys), dtype=np.float64), ys)
