@@ -9,7 +9,7 @@ differences are of the function the device computes. Vulkan has no float64 exp/l
 (SPIR-V's GLSL.std.450), so the kernels run in float32 there and in float64 elsewhere.
 
 Named computations (engine.computations): "adjoint_checks" (broadcast_rows, sum_into,
-image_loss_terms L2 and L1, blur, soft_min_layers) and "kinematics_check".
+image_loss_terms L2 and L1, soft_min_layers) and "kinematics_check".
 """
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ from engine.kernels import softmin as sm
 from engine.launch import dispatch
 
 ROWS, COLS, N_PX, K = 7, 5, 6, 2
-IMAGE_W, IMAGE_H = 3, 2  # N_PX pixels as an image (blur)
 
 
 def _dtype() -> tuple:
@@ -45,14 +44,6 @@ def reference_soft_min(ratio: np.ndarray, colour: np.ndarray, active: np.ndarray
 def reference_image_loss(image: np.ndarray, target: np.ndarray, weight: np.ndarray, kind: int) -> np.ndarray:
     d = image - target
     return weight * (0.5 * (d * d).sum(-1) if kind == il.L2 else np.abs(d).sum(-1))
-
-
-def reference_blur(image: np.ndarray, width: int, height: int) -> np.ndarray:
-    """numpy blur: (width * height, 3) row-major under the 3x3 tent [1 2 1] x [1 2 1] / 16, zero-padded."""
-    padded = np.pad(image.reshape(height, width, 3), [(1, 1), (1, 1), (0, 0)])
-    out = sum(padded[1 + dy:1 + dy + height, 1 + dx:1 + dx + width] * ((2 - abs(dy)) * (2 - abs(dx)) / 16.0)
-              for dy in (-1, 0, 1) for dx in (-1, 0, 1))
-    return out.reshape(-1, 3)
 
 
 def _run_adjoint(kernel, args) -> None:
@@ -83,7 +74,6 @@ def run_adjoint_checks(seed: int = 0) -> dict:
     soft_ratio = g.field(tdt, (N_PX,), needs_grad=True)
     soft_colour = g.vector(3, tdt, (N_PX,), needs_grad=True)
     w_soft = g.field(tdt, (N_PX, K))
-    blurred = g.vector(3, tdt, (N_PX,), needs_grad=True)
     g.finalize()
     try:
         # broadcast_rows: L = sum W * dst, so dL/dsrc[j] = sum_i W[i, j] (a fixed-order sum)
@@ -125,17 +115,6 @@ def run_adjoint_checks(seed: int = 0) -> dict:
             out[f"loss_{name}_grad"] = image.grad.to_numpy().astype(np.float64)
             out[f"loss_{name}_fd"] = finite_difference_gradient(
                 lambda x: float((c * reference_image_loss(x, tg0, wt0, kind)).sum()), im0, eps)
-
-        # blur: L = sum c . blurred
-        cb = rng.normal(size=(N_PX, 3))
-        dispatch(il.blur, (image, IMAGE_W, IMAGE_H, blurred))
-        blurred.grad.from_numpy(cb.astype(ndt))
-        image.grad.fill(0)
-        _run_adjoint(il.blur, (image, IMAGE_W, IMAGE_H, blurred))
-        out["blur_value"] = blurred.to_numpy().astype(np.float64) - reference_blur(im0, IMAGE_W, IMAGE_H)
-        out["blur_grad"] = image.grad.to_numpy().astype(np.float64)
-        out["blur_fd"] = finite_difference_gradient(
-            lambda x: float((cb * reference_blur(x, IMAGE_W, IMAGE_H)).sum()), im0, eps)
 
         # soft_min_layers (kappa 8, layers 1..K; layer 0 unused), L = sum a * r + sum b . c
         kappa = 8.0

@@ -116,8 +116,6 @@ class DiffRenderer:
         self.groups.append(g)
         self.diff_image = g.vector(3, ti.f32, (max_px,), needs_grad=True)
         self.forward_prm = g.field(ti.f32, (rk.N_PARAMS,))
-        self.blurred = g.vector(3, ti.f32, (max_px,), needs_grad=True)
-        self.blurred_target = g.vector(3, ti.f32, (max_px,))
         for g in self.groups:
             g.finalize()
         self.image = self.images[0]
@@ -129,7 +127,6 @@ class DiffRenderer:
         self.levels = 1
         self.has_target = False
         self.compare = "diff"
-        self.blur = False
         self._forward = None  # engine.render.Renderer of the forward image, made on first use
         self._cam_params = np.zeros(rg.N_CAM)
 
@@ -172,10 +169,8 @@ class DiffRenderer:
     def theta_values(self) -> np.ndarray:
         return self.theta.to_numpy().astype(np.float64)
 
-    def set_loss(self, kind: str = "l2", levels: int = 1, edge_px: float = 1.0, kappa: float = DEFAULT_KAPPA,
-                 blur: bool = False) -> None:
-        """Loss kind ("l2" or "l1"), pyramid levels (1 = full resolution only), edge width, soft-min sharpness;
-        `blur`: the full-resolution level compares both images under a 3x3 tent (`image_loss.blur`)."""
+    def set_loss(self, kind: str = "l2", levels: int = 1, edge_px: float = 1.0, kappa: float = DEFAULT_KAPPA) -> None:
+        """Loss kind ("l2" or "l1"), pyramid levels (1 = full resolution only), edge width, soft-min sharpness."""
         if kind not in il.LOSS_KINDS:
             raise UserError(f"loss '{kind}': choose one of {', '.join(il.LOSS_KINDS)}")
         if not 1 <= levels <= MAX_LEVELS:
@@ -183,7 +178,6 @@ class DiffRenderer:
         if not (0.0 < edge_px <= 8.0 and kappa > 0.0):
             raise UserError(f"edge width {edge_px} must be in (0, 8] pixel footprints and kappa positive")
         self.loss_kind, self.levels, self.edge_px, self.kappa = il.LOSS_KINDS[kind], int(levels), float(edge_px), kappa
-        self.blur = bool(blur)
 
     def set_target(self, image: np.ndarray, weight: np.ndarray | None = None) -> None:
         """The target image: linear RGB (height, width, 3) of the current view's size; `weight` (height,
@@ -197,7 +191,6 @@ class DiffRenderer:
             raise UserError(f"loss weights of shape {weight.shape} for a {self.width}x{self.height} view")
         self.targets[0].from_numpy(_padded(image.reshape(-1, 3), self.targets[0].shape[0]))
         self.weights[0].from_numpy(_padded(weight.reshape(-1), self.weights[0].shape[0]))
-        launch(il.blur, self.targets[0], self.width, self.height, self.blurred_target)
         for level in range(1, MAX_LEVELS):
             w, h = self._level_size(level - 1)
             launch(il.downsample, self.targets[level - 1], w, h, self.targets[level])
@@ -281,11 +274,7 @@ class DiffRenderer:
                 pw, ph = self._level_size(level - 1)
                 launch(il.downsample, self.images[level - 1], pw, ph, self.images[level], name="loss: downsample")
             n = w * h
-            image, target = self.images[level], self.targets[level]
-            if level == 0 and self.blur:
-                launch(il.blur, image, w, h, self.blurred, name="loss: blur")
-                image, target = self.blurred, self.blurred_target
-            launch(il.image_loss_terms, image, target, self.weights[level], n, self.loss_kind,
+            launch(il.image_loss_terms, self.images[level], self.targets[level], self.weights[level], n, self.loss_kind,
                    self.terms[level], self.dloss[level], name=f"loss: level {level} terms")
             launch(red.sum_into, self.terms[level], n, 1.0 / (3.0 * n * self.levels), self.partials[level],
                    self.loss, name=f"loss: level {level} sum")

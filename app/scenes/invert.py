@@ -59,7 +59,6 @@ class InvertSettings:
     cycles: int = 2  # the schedule runs this many times (a restart shakes the fit out of a shallow minimum)
     groups: tuple[str, ...] = ("joints", "gripper", "letter", "letter_angles")  # optimised groups
     compare: str = "diff"  # the image the loss compares with the target (engine.diff_render.DiffRenderer.set_compare)
-    blur: bool = False  # compare the full-resolution level under a 3x3 tent (DiffRenderer.set_loss)
 
 
 def renderer():
@@ -127,7 +126,7 @@ class InverseRender:
         self.r = renderer()
         self.r.set_view(camera, width, height)
         self.r.set_compare(settings.compare)
-        self.r.set_loss(settings.loss, settings.levels, settings.edge_start, blur=settings.blur)
+        self.r.set_loss(settings.loss, settings.levels, settings.edge_start)
         self.r.set_target(self.target)
         self.r.set_theta(self.start)
         self.opt = ThetaAdam(self.r.theta, scene_theta.mask(settings.groups), *scene_theta.limits(), lr=settings.lr)
@@ -148,7 +147,7 @@ class InverseRender:
     def step(self) -> float:
         """One iteration: loss and gradient at the current theta, then a masked, clamped Adam step."""
         edge, self.opt.lr = self._schedule()
-        self.r.set_loss(self.settings.loss, self.settings.levels, edge, blur=self.settings.blur)
+        self.r.set_loss(self.settings.loss, self.settings.levels, edge)
         if self.truth is not None:
             self.errors.append(scene_theta.group_errors(self.r.theta_values(), self.truth))
         loss, grad = self.r.loss_and_gradient()

@@ -51,34 +51,3 @@ def downsample(src: ti.template(), width: ti.i32, height: ti.i32, dst: ti.templa
         col = i - row * (width // 2)
         a = 2 * row * width + 2 * col
         dst[i] = 0.25 * (src[a] + src[a + 1] + src[a + width] + src[a + width + 1])
-
-
-@ti.func
-def _tent_at(f: ti.template(), i: ti.i32, width: ti.i32, height: ti.i32):
-    """The 3x3 tent ([1 2 1] x [1 2 1] / 16) of f around pixel i (row-major, width x height), zero outside the
-    image: a symmetric operator, so the same stencil is its own adjoint."""
-    row = i // width
-    col = i - row * width
-    acc = f[i] * 0.0
-    for dy, dx in ti.static(ti.ndrange((-1, 2), (-1, 2))):
-        r, c = row + dy, col + dx
-        if 0 <= r < height and 0 <= c < width:
-            acc += f[r * width + c] * ((2 - abs(dy)) * (2 - abs(dx)) / 16.0)
-    return acc
-
-
-@ti.kernel
-def blur(src: ti.template(), width: ti.i32, height: ti.i32, dst: ti.template()):
-    """dst = src (width x height, row-major, vec3) under the 3x3 tent, zero-padded. A residual at one pixel then
-    also reaches its neighbours: the forward-image comparison (engine.diff_render) needs that, since the
-    differentiable render's soft edge lies outside a silhouette only."""
-    for i in range(width * height):
-        dst[i] = _tent_at(src, i, width, height)
-
-
-@custom_adjoint(blur)
-@ti.kernel
-def blur_adjoint(src: ti.template(), width: ti.i32, height: ti.i32, dst: ti.template()):
-    """src.grad += tent(dst.grad): the stencil is symmetric; a gather, so no float atomics (bit-reproducible)."""
-    for i in range(width * height):
-        src.grad[i] += _tent_at(dst.grad, i, width, height)
