@@ -6,6 +6,9 @@ read back (`app.scenes.invert.load_target_png`); the fit compares the forward re
 image of the current theta with it (`compare="forward"`: the loss vanishes at the true pose
 but for the PNG's 8-bit rounding) and follows the differentiable render's gradient
 (engine.kernels.straight_through). Same start (seed), schedule and goals as `pose_recovery`.
+Measured 2026-11-30 (docs/RESULTS.md): the letter within 3e-4 units (met), the joints within 1.09 degrees
+and the loss down 2.15 orders (not met: the differentiable soft edge lies outside a silhouette only, and
+the forward image's arm-against-floor edges are hard), ~200 s on the cpu.
 """
 from __future__ import annotations
 
