@@ -152,7 +152,7 @@ def invert_gradient(theta: np.ndarray | None = None, weight: np.ndarray | None =
     """d loss / d theta of the inversion's view and target (full-resolution L2, 1-pixel silhouettes) at `theta`
     (default: its current theta) over the pixels `weight` (H, W) float32 weighs (default: all), with the
     rendered image and the inputs of the "render_gradient" computation that redoes it on another backend.
-    The inversion's own theta and loss settings are put back afterwards."""
+    The inversion's own theta, compared image and loss settings are put back afterwards."""
     from engine.diff_render import run_render_gradient
 
     if _inverse is None:
@@ -163,6 +163,7 @@ def invert_gradient(theta: np.ndarray | None = None, weight: np.ndarray | None =
               else np.asarray(weight, np.float32), "width": np.int64(_inverse.width), "height": np.int64(_inverse.height)}
     out = run_render_gradient(**inputs)
     _inverse.r.set_theta(current)
+    _inverse.r.set_compare(_inverse.settings.compare)
     _inverse.r.set_loss(_inverse.settings.loss, _inverse.settings.levels, _inverse.settings.edge_start)
     _inverse.r.set_target(_inverse.target)
     return {"grad": out["grad"], "loss": out["loss"], "image": out["image"], "iteration": np.int64(_inverse.iteration),
