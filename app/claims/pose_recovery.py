@@ -26,24 +26,15 @@ JOINT_TOL_DEG, LETTER_TOL, MIN_ORDERS = 0.5, 0.01, 3.0
 
 
 def run(ctx) -> None:
-    from app.scenes.invert import render_target
-    from app.scenes.robot_arm import theta_at
-
-    recover(ctx, render_target(theta_at(T), WIDTH, HEIGHT), "diff", "pose recovery", "pose_recovery.png")
-
-
-def recover(ctx, target: np.ndarray, compare: str, label: str, png_name: str) -> None:
-    """Fit `target` (linear RGB, WIDTH x HEIGHT, of the frame at T) from the seeded start, comparing the `compare`
-    image with it; record the metrics and the checks (each text starting with `label`), write the final
-    current | target | difference panel to ctx.out / png_name."""
-    from app.scenes.invert import InverseRender, InvertSettings, side_by_side
+    from app.scenes.invert import InverseRender, InvertSettings, render_target, side_by_side
     from app.scenes.robot_arm import theta_at
     from engine.image_io import write_png
 
     truth = theta_at(T)
+    target = render_target(truth, WIDTH, HEIGHT)
     start = scene_theta.perturb(truth, PERTURB, SEED)
     started = time.perf_counter()
-    settings = InvertSettings(groups=tuple(PERTURB), compare=compare)
+    settings = InvertSettings(groups=tuple(PERTURB))
     inv = InverseRender(target, start, truth, WIDTH, HEIGHT, settings=settings)
     start_loss = inv.image_loss(start)
     for _ in range(settings.iterations):
@@ -54,18 +45,18 @@ def recover(ctx, target: np.ndarray, compare: str, label: str, png_name: str) ->
     orders = math.log10(start_loss / final_loss) if final_loss > 0 else float("inf")
     start_err, final_err = scene_theta.group_errors(start, truth), scene_theta.group_errors(final, truth)
     joint_start = np.degrees(np.abs(start - truth)[scene_theta.GROUPS["joints"]])
-    write_png(ctx.out / png_name, side_by_side(inv.current_image(), target))
-    ctx.metric(t=T, width=WIDTH, height=HEIGHT, seed=SEED, compare=compare, iterations=inv.iteration,
+    write_png(ctx.out / "pose_recovery.png", side_by_side(inv.current_image(), target))
+    ctx.metric(t=T, width=WIDTH, height=HEIGHT, seed=SEED, iterations=inv.iteration,
                wall_s=round(wall, 1), start_errors=start_err, final_errors=final_err, start_loss=start_loss,
                final_loss=final_loss, orders=orders, losses=inv.losses)
     inv.destroy()
-    ctx.check(joint_start.min() >= 15.0, f"{label} start: every joint perturbed by >= 15 deg "
+    ctx.check(joint_start.min() >= 15.0, f"pose recovery start: every joint perturbed by >= 15 deg "
                                          f"({', '.join(f'{v:.1f}' for v in joint_start)})")
-    ctx.check(final_err["joints"] <= JOINT_TOL_DEG, f"{label}: joints within {final_err['joints']:.3f} deg "
+    ctx.check(final_err["joints"] <= JOINT_TOL_DEG, f"pose recovery: joints within {final_err['joints']:.3f} deg "
                                                     f"(goal <= {JOINT_TOL_DEG}) after {inv.iteration} iterations")
-    ctx.check(final_err["letter"] <= LETTER_TOL, f"{label}: letter within {final_err['letter']:.4f} units "
+    ctx.check(final_err["letter"] <= LETTER_TOL, f"pose recovery: letter within {final_err['letter']:.4f} units "
                                                  f"(goal <= {LETTER_TOL}); its angles within "
                                                  f"{final_err['letter_angles']:.3f} deg, gripper "
                                                  f"{final_err['gripper'] * 1e3:.2f} mm")
-    ctx.check(orders >= MIN_ORDERS, f"{label}: image loss {start_loss:.2e} -> {final_loss:.2e}, "
+    ctx.check(orders >= MIN_ORDERS, f"pose recovery: image loss {start_loss:.2e} -> {final_loss:.2e}, "
                                     f"{orders:.2f} orders (goal >= {MIN_ORDERS:g}); {wall:.0f} s on {ctx.arch}")
