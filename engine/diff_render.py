@@ -74,6 +74,7 @@ class DiffRenderer:
         g = FieldGroup()
         self.groups = [g]
         self.theta = g.field(ti.f32, (N_THETA,), needs_grad=True)
+        self.theta_fixed = g.field(ti.f32, (N_THETA,))  # the hold's copy: no gradient, so its adjoints skip theta
         self.theta_slots = g.field(ti.f32, (max_slots, N_THETA), needs_grad=True)
         self.theta_partial = g.field(ti.f32, (-(-max_slots // red.BLOCK), N_THETA))
         self.cam = g.field(ti.f32, (rg.N_CAM,))
@@ -176,7 +177,7 @@ class DiffRenderer:
             raise RuntimeError("DiffRenderer: set_view first")
         n_px, n_slots = self.n_px, rg.N_LAYERS * self.n_px
         custom("render: march and hold (untaped)", self._hold, _no_adjoint, reads=[self.theta],
-               writes=[self.active, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
+               writes=[self.theta_fixed, self.active, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
                        self.held_grad])
         launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial,
                name="render: theta per slot")
@@ -198,24 +199,25 @@ class DiffRenderer:
         n_slots = rg.N_LAYERS * self.n_px
         launch(rg.hold, self.theta, self.cam, self.width, self.height, self.edge_px, self.active, self.held_t,
                self.held_mat, self.held_ao, self.held_shadow, self.points)
-        launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial)
+        self.theta_fixed.copy_from(self.theta)
         self.values.fill(0.0)
         for j in range(rg.N_SAMPLES):
-            launch(rg.sdf_samples, *self._sample_args(j))
+            launch(rg.sdf_samples, *self._sample_args(j, self.theta_fixed))
         self.points.grad.fill(0.0)
         launch(rg.seed_samples, self.values, n_slots)
-        self._samples_adjoint()
+        self._samples_adjoint(self.theta_fixed)
         launch(rg.hold_gradients, self.points, n_slots, self.held_grad)
-        for grad in (self.theta_slots.grad, self.points.grad, self.values.grad):
+        for grad in (self.points.grad, self.values.grad):
             grad.fill(0.0)
 
-    def _sample_args(self, j: int) -> tuple:
-        return (self.theta_slots, self.points, self.active, self.held_shadow, rg.N_LAYERS * self.n_px, j, self.values)
+    def _sample_args(self, j: int, theta) -> tuple:
+        return (theta, self.points, self.active, self.held_shadow, rg.N_LAYERS * self.n_px, j, self.values)
 
-    def _samples_adjoint(self) -> None:
-        """Taichi's adjoint of every sample launch: theta_slots.grad and points.grad from values.grad."""
+    def _samples_adjoint(self, theta=None) -> None:
+        """Taichi's adjoint of every sample launch: points.grad, and theta_slots.grad unless `theta` is the
+        gradient-free shared copy (the hold's spatial gradients), from values.grad."""
         for j in range(rg.N_SAMPLES):
-            dispatch(rg.sdf_samples.grad, self._sample_args(j))
+            dispatch(rg.sdf_samples.grad, self._sample_args(j, self.theta_slots if theta is None else theta))
 
     def _record_loss(self) -> None:
         self.loss.fill(0.0)  # Taichi's own fill: neither recorded nor differentiated
