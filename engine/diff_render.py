@@ -17,8 +17,9 @@ docstring explains the method), `.kinematics`, `.softmin`, `.image_loss`, `.redu
 One evaluation on the tape:
 
 1. custom step "render: march and hold (untaped)": `hold`, the SDF at the held points
-   (`sdf_samples`) and its spatial gradients there (their adjoint, untaped); no adjoint of
-   its own: the march is not differentiated, what it holds is re-evaluated below;
+   (`sdf_samples`) and its spatial gradients there (their adjoint, untaped, reading a
+   gradient-free copy of theta, so that it computes no kinematics adjoint and no theta rows);
+   no adjoint of its own: the march is not differentiated, what it holds is re-evaluated below;
 2. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums);
 3. custom step "render: SDF at the held points": the values of 1. at these rows, with the
    samples' adjoint (Taichi's `sdf_samples.grad`) as its backward; 4. `shade_slots` (Taichi's
@@ -411,7 +412,7 @@ def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarra
     r.set_theta(theta)
     r.set_target(target, weight)
     loss, grad = r.loss_and_gradient()
-    return {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy()}
+    return {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy(), "edges": edge_mask(r)}
 
 
 def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, height: int,
