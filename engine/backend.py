@@ -30,6 +30,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine.errors import UserError
 
@@ -110,10 +111,40 @@ def _arch_in_use() -> str:
 OFFLINE_CACHE_BYTES = 1 << 30
 
 
+# Taichi holds its cache locks for the moment it reads or writes the cache's index; one older than this was
+# left by a process killed meanwhile, and while it exists every later process compiles without the cache.
+STALE_LOCK_S = 120.0
+
+
+def clear_stale_cache_locks(cache_dir: str | Path, now: float | None = None) -> list[Path]:
+    """Remove the `*.lock` files under Taichi's kernel cache `cache_dir` older than STALE_LOCK_S; return them.
+
+    Taichi takes a lock file beside the cache's index for each read and write and gives up after a
+    fraction of a second, warning "Lock ... failed" and compiling everything again; a process killed
+    while it held the lock leaves the file behind, so from then on no process used the cache (a 19 s
+    test took 231 s) until someone removed it (tests/test_backend.py checks Taichi still behaves so).
+
+        >>> clear_stale_cache_locks("/nonexistent/ticache")
+        []
+    """
+    now = time.time() if now is None else now
+    stale = []
+    for lock in Path(cache_dir).glob("**/*.lock"):
+        with contextlib.suppress(FileNotFoundError):  # another process may release or clear it meanwhile
+            if now - lock.stat().st_mtime > STALE_LOCK_S:
+                lock.unlink()
+                stale.append(lock)
+    return stale
+
+
 def _start(name: str, kernel_profiler: bool) -> None:
     import taichi as ti
 
     arch = {"cuda": ti.cuda, "vulkan": ti.vulkan, "cpu": ti.cpu}[name]
+    cache_dir = os.environ.get("TI_OFFLINE_CACHE_FILE_PATH") or ti.lang.impl.default_cfg().offline_cache_file_path
+    for lock in clear_stale_cache_locks(cache_dir):  # the environment overrides the default, as in ti.init
+        log.warning("removed a stale Taichi cache lock %s (left by a killed process; without its removal "
+                    "every kernel would compile again)", lock)
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # Taichi's "Starting on arch=" line; we report our own
             ti.init(arch=arch, enable_fallback=False, fast_math=False, offline_cache=True, verbose=False,

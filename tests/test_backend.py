@@ -102,3 +102,58 @@ def test_engine_before_a_backend_is_one_clear_error():
     lines = result.stdout.splitlines()
     assert lines[:3] == [backend.NOT_STARTED] * 3 and "engine.backend.init('cpu')" in lines[0]
     assert lines[3] == "TriangleBVH"  # and once one runs, the same call works
+
+
+CACHED_KERNEL = """
+import sys, taichi as ti
+from engine import backend
+if sys.argv[2] == "ours":
+    backend._start("cpu", kernel_profiler=False)
+else:
+    ti.init(arch=ti.cpu, offline_cache=True, verbose=False)
+@ti.kernel
+def twice(x: ti.f32) -> ti.f32:
+    return 2.0 * x
+print(twice(1.5))
+"""
+
+
+def test_a_stale_taichi_cache_lock_is_cleared_at_start(tmp_path):
+    """Taichi compiles without its cache while a lock file is left in it (the fact clear_stale_cache_locks
+    exists for; this fails loudly if an upgrade changes it), and backend start-up removes a stale one."""
+    import os
+    import time
+
+    cache = tmp_path / "ticache"
+    env = {**os.environ, "TI_OFFLINE_CACHE_FILE_PATH": str(cache)}
+    script = tmp_path / "cached_kernel.py"  # Taichi reads a kernel's source from its file
+    script.write_text(CACHED_KERNEL)
+
+    def run(who: str) -> str:
+        result = subprocess.run([sys.executable, str(script), str(cache), who], capture_output=True,
+                                text=True, timeout=120, env=env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout + result.stderr
+
+    run("taichi")  # fills the cache
+    lock = cache / "ticache.lock"
+    lock.touch()
+    assert "ticache.lock failed" in run("taichi")  # a lock left behind: Taichi gives up on the cache
+    old = time.time() - backend.STALE_LOCK_S - 5
+    os.utime(lock, (old, old))
+    output = run("ours")
+    assert "removed a stale Taichi cache lock" in output and "failed" not in output
+    assert not lock.exists()
+
+
+def test_a_fresh_cache_lock_is_left_to_its_holder(tmp_path):
+    held = tmp_path / "ticache" / "ticache.lock"
+    held.parent.mkdir()
+    held.touch()
+    stale = tmp_path / "ticache" / "vulkan" / "metadata.lock"
+    stale.parent.mkdir()
+    stale.touch()
+    assert backend.clear_stale_cache_locks(tmp_path / "ticache", now=held.stat().st_mtime + 10) == []
+    assert held.exists() and stale.exists()
+    removed = backend.clear_stale_cache_locks(tmp_path / "ticache", now=held.stat().st_mtime + 1e4)
+    assert sorted(removed) == sorted([held, stale]) and not held.exists() and not stale.exists()
