@@ -17,8 +17,9 @@ docstring explains the method), `.kinematics`, `.softmin`, `.image_loss`, `.redu
 One evaluation on the tape:
 
 1. custom step "render: march and hold (untaped)": `hold`, the SDF at the held points
-   (`sdf_samples`) and its spatial gradients there (their adjoint, untaped); no adjoint of
-   its own: the march is not differentiated, what it holds is re-evaluated below;
+   (`sdf_samples`) and its spatial gradients there (their adjoint, untaped, reading a
+   gradient-free copy of theta, so that it computes no kinematics adjoint and no theta rows);
+   no adjoint of its own: the march is not differentiated, what it holds is re-evaluated below;
 2. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums);
 3. custom step "render: SDF at the held points": the values of 1. at these rows, with the
    samples' adjoint (Taichi's `sdf_samples.grad`) as its backward; 4. `shade_slots` (Taichi's
@@ -80,6 +81,7 @@ class DiffRenderer:
         g = FieldGroup()
         self.groups = [g]
         self.theta = g.field(ti.f32, (N_THETA,), needs_grad=True)
+        self.theta_fixed = g.field(ti.f32, (N_THETA,))  # the hold's copy: no gradient, so its adjoints skip theta
         self.theta_slots = g.field(ti.f32, (max_slots, N_THETA), needs_grad=True)
         self.theta_partial = g.field(ti.f32, (-(-max_slots // red.BLOCK), N_THETA))
         self.cam = g.field(ti.f32, (rg.N_CAM,))
@@ -211,7 +213,7 @@ class DiffRenderer:
             raise RuntimeError("DiffRenderer: set_view first")
         n_px, n_slots = self.n_px, rg.N_LAYERS * self.n_px
         custom("render: march and hold (untaped)", self._hold, _no_adjoint, reads=[self.theta],
-               writes=[self.active, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
+               writes=[self.theta_fixed, self.active, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
                        self.held_grad])
         launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial,
                name="render: theta per slot")
@@ -239,15 +241,15 @@ class DiffRenderer:
         n_slots = rg.N_LAYERS * self.n_px
         launch(rg.hold, self.theta, self.cam, self.width, self.height, self.edge_px, self.active, self.held_t,
                self.held_mat, self.held_ao, self.held_shadow, self.points)
-        launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial)
+        self.theta_fixed.copy_from(self.theta)
         self.values.fill(0.0)
         for j in range(rg.N_SAMPLES):
-            launch(rg.sdf_samples, *self._sample_args(j))
+            launch(rg.sdf_samples, *self._sample_args(j, self.theta_fixed))
         self.points.grad.fill(0.0)
         launch(rg.seed_samples, self.values, n_slots)
-        self._samples_adjoint()
+        self._samples_adjoint(self.theta_fixed)
         launch(rg.hold_gradients, self.points, n_slots, self.held_grad)
-        for grad in (self.theta_slots.grad, self.points.grad, self.values.grad):
+        for grad in (self.points.grad, self.values.grad):
             grad.fill(0.0)
 
     def _forward_image(self) -> None:
@@ -258,13 +260,14 @@ class DiffRenderer:
         prm[rk.P_PIXEL] = self._cam_params[12]
         self._forward.render_packed(prm)
 
-    def _sample_args(self, j: int) -> tuple:
-        return (self.theta_slots, self.points, self.active, self.held_shadow, rg.N_LAYERS * self.n_px, j, self.values)
+    def _sample_args(self, j: int, theta) -> tuple:
+        return (theta, self.points, self.active, self.held_shadow, rg.N_LAYERS * self.n_px, j, self.values)
 
-    def _samples_adjoint(self) -> None:
-        """Taichi's adjoint of every sample launch: theta_slots.grad and points.grad from values.grad."""
+    def _samples_adjoint(self, theta=None) -> None:
+        """Taichi's adjoint of every sample launch: points.grad, and theta_slots.grad unless `theta` is the
+        gradient-free shared copy (the hold's spatial gradients), from values.grad."""
         for j in range(rg.N_SAMPLES):
-            dispatch(rg.sdf_samples.grad, self._sample_args(j))
+            dispatch(rg.sdf_samples.grad, self._sample_args(j, self.theta_slots if theta is None else theta))
 
     def _record_loss(self) -> None:
         self.loss.fill(0.0)  # Taichi's own fill: neither recorded nor differentiated
@@ -451,7 +454,7 @@ def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarra
     """The parity computation "render_gradient": loss and d loss / d theta of the shared renderer on this backend
     for the given theta, target image (linear (height, width, 3)) and per-pixel loss weights, 1-pixel silhouettes,
     an L2 loss over `levels` pyramid levels, comparing the `compare` image (DiffRenderer.set_compare) with the
-    target. "image": the compared image; "diff_image": the differentiable render's own."""
+    target. "image": the compared image; "diff_image": the differentiable render's own; "edges": `edge_mask`."""
     r = shared_renderer(max_width, max_height)
     r.set_view(Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance)), int(width),
                int(height))
@@ -462,7 +465,8 @@ def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarra
     loss, grad = r.loss_and_gradient()
     source = r.diff_image if r.compare == "forward" else r.image
     diff_image = source.to_numpy()[:r.n_px].reshape(r.height, r.width, 3)
-    return {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy(), "diff_image": diff_image}
+    return {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy(), "diff_image": diff_image,
+            "edges": edge_mask(r)}
 
 
 def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, height: int,
