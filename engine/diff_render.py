@@ -17,13 +17,18 @@ docstring explains the method), `.kinematics`, `.softmin`, `.image_loss`, `.redu
 One evaluation on the tape:
 
 1. custom step "render: march and hold (untaped)": `hold`, the SDF at the held points
-   (`sdf_samples`) and its spatial gradients there (their adjoint, untaped); no adjoint of
-   its own: the march is not differentiated, what it holds is re-evaluated below;
+   (`sdf_samples`) and its spatial gradients there (their adjoint, untaped, reading a
+   gradient-free copy of theta, so that it computes no kinematics adjoint and no theta rows);
+   no adjoint of its own: the march is not differentiated, what it holds is re-evaluated below;
 2. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums);
 3. custom step "render: SDF at the held points": the values of 1. at these rows, with the
    samples' adjoint (Taichi's `sdf_samples.grad`) as its backward; 4. `shade_slots` (Taichi's
    adjoint: hits by a Newton step, edges and shadows by the envelope theorem);
-5. `soft_min_layers` (declared adjoint); 6. `compose`;
+5. `soft_min_layers` (declared adjoint); 6. `compose`; with `set_compare("forward")` (a PNG the
+   forward renderer wrote) then the custom step "render: the forward renderer's image (untaped)"
+   (theta's kinematics on the device, `raymarch.render`) and `substitute_image` (declared adjoint:
+   the identity onto the differentiable image), so the loss sees the forward renderer's image and
+   the gradient is the differentiable render's Jacobian applied to that residual;
 7. per pyramid level: `downsample` (levels > 0), `image_loss_terms` (declared adjoint),
    `sum_into` the loss (declared adjoint).
 
@@ -43,14 +48,16 @@ from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.kernels import image_loss as il
 from engine.kernels import raymarch_grad as rg
-from engine.kernels import raymarch as rg_materials
+from engine.kernels import raymarch as rk
 from engine.kernels import reduce as red
-from engine.kernels.kinematics import N_THETA
+from engine.kernels.kinematics import N_THETA, kinematics
 from engine.kernels.softmin import soft_min_layers
+from engine.kernels.straight_through import substitute_image
 from engine.launch import custom, dispatch, launch
 from engine.render import Camera, camera_params, check_size
 
 MAX_LEVELS = 4  # pyramid levels allocated (level l is 2^l times coarser)
+COMPARE_KINDS = ("diff", "forward")  # which image the loss compares with the target (DiffRenderer.set_compare)
 DEFAULT_KAPPA = 8.0  # soft-minimum sharpness over a pixel's edge layers: ratios within ~1/8 pixel footprint blend
 
 
@@ -74,6 +81,7 @@ class DiffRenderer:
         g = FieldGroup()
         self.groups = [g]
         self.theta = g.field(ti.f32, (N_THETA,), needs_grad=True)
+        self.theta_fixed = g.field(ti.f32, (N_THETA,))  # the hold's copy: no gradient, so its adjoints skip theta
         self.theta_slots = g.field(ti.f32, (max_slots, N_THETA), needs_grad=True)
         self.theta_partial = g.field(ti.f32, (-(-max_slots // red.BLOCK), N_THETA))
         self.cam = g.field(ti.f32, (rg.N_CAM,))
@@ -104,6 +112,12 @@ class DiffRenderer:
             self.dloss.append(g.vector(3, ti.f32, (n,)))
             self.partials.append(g.field(ti.f64, (-(-n // red.BLOCK),)))
         self.loss = g.field(ti.f64, (), needs_grad=True)
+        # the forward-image comparison's (set_compare): a group of its own, after the others, so their
+        # SNode ids (and so the offline cache of the kernels that use only them) stay as they were
+        g = FieldGroup()
+        self.groups.append(g)
+        self.diff_image = g.vector(3, ti.f32, (max_px,), needs_grad=True)
+        self.forward_prm = g.field(ti.f32, (rk.N_PARAMS,))
         for g in self.groups:
             g.finalize()
         self.image = self.images[0]
@@ -114,6 +128,9 @@ class DiffRenderer:
         self.loss_kind = il.L2
         self.levels = 1
         self.has_target = False
+        self.compare = "diff"
+        self._forward = None  # engine.render.Renderer of the forward image, made on first use
+        self._cam_params = np.zeros(rg.N_CAM)
 
     # -- set-up ------------------------------------------------------------------------------
     def set_view(self, camera: Camera, width: int, height: int) -> None:
@@ -122,8 +139,28 @@ class DiffRenderer:
         if width > self.max_width or height > self.max_height:
             raise UserError(f"{width}x{height} is larger than this renderer's {self.max_width}x{self.max_height}")
         self.width, self.height = int(width), int(height)
-        self.cam.from_numpy(camera_params(camera, width, height).astype(np.float32))
+        self._cam_params = camera_params(camera, width, height)
+        self.cam.from_numpy(self._cam_params.astype(np.float32))
         self.has_target = False
+        self.compare = "diff"
+
+    def set_compare(self, kind: str) -> None:
+        """Which image the loss compares with the target: "diff", the differentiable render's own (the default,
+        and again after every `set_view`), or "forward", the forward renderer's image of the same theta (the
+        renderer a PNG of the scene came from: its loss vanishes at the true pose), with the differentiable
+        render's Jacobian carrying the gradient (engine.kernels.straight_through). `render()` then returns the
+        forward renderer's image."""
+        from engine.render import Renderer
+
+        if kind not in COMPARE_KINDS:
+            raise UserError(f"compare '{kind}': choose one of {', '.join(COMPARE_KINDS)}")
+        if not self.width:
+            raise RuntimeError("DiffRenderer: set_view first")
+        if kind == "forward":
+            if self._forward is None:
+                self._forward = Renderer(self.width, self.height)
+            self._forward.resize(self.width, self.height)
+        self.compare = kind
 
     def set_theta(self, theta: np.ndarray) -> None:
         theta = np.asarray(theta, np.float64)
@@ -176,7 +213,7 @@ class DiffRenderer:
             raise RuntimeError("DiffRenderer: set_view first")
         n_px, n_slots = self.n_px, rg.N_LAYERS * self.n_px
         custom("render: march and hold (untaped)", self._hold, _no_adjoint, reads=[self.theta],
-               writes=[self.active, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
+               writes=[self.theta_fixed, self.active, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
                        self.held_grad])
         launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial,
                name="render: theta per slot")
@@ -187,8 +224,14 @@ class DiffRenderer:
                self.values, self.colour, self.ratio, name="render: shade slots (Newton step, edges, shadows)")
         launch(soft_min_layers, self.ratio, self.colour, self.active, n_px, self.kappa, self.soft_ratio,
                self.soft_colour, self.weight, name="render: soft minimum over edge layers")
+        forward = self.compare == "forward"
         launch(rg.compose, self.colour, self.active, self.soft_ratio, self.soft_colour, self.cam, self.width,
-               self.height, self.edge_px, self.image, name="render: compose and tone-map")
+               self.height, self.edge_px, self.diff_image if forward else self.image, name="render: compose and tone-map")
+        if forward:
+            custom("render: the forward renderer's image (untaped)", self._forward_image, _no_adjoint,
+                   reads=[self.theta], writes=[self.forward_prm, self._forward.rgb_buffer])
+            launch(substitute_image, self.diff_image, self._forward.rgb_buffer, n_px, self.image,
+                   name="render: forward image, differentiable gradient")
         if self.has_target:
             self._record_loss()
 
@@ -198,24 +241,33 @@ class DiffRenderer:
         n_slots = rg.N_LAYERS * self.n_px
         launch(rg.hold, self.theta, self.cam, self.width, self.height, self.edge_px, self.active, self.held_t,
                self.held_mat, self.held_ao, self.held_shadow, self.points)
-        launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial)
+        self.theta_fixed.copy_from(self.theta)
         self.values.fill(0.0)
         for j in range(rg.N_SAMPLES):
-            launch(rg.sdf_samples, *self._sample_args(j))
+            launch(rg.sdf_samples, *self._sample_args(j, self.theta_fixed))
         self.points.grad.fill(0.0)
         launch(rg.seed_samples, self.values, n_slots)
-        self._samples_adjoint()
+        self._samples_adjoint(self.theta_fixed)
         launch(rg.hold_gradients, self.points, n_slots, self.held_grad)
-        for grad in (self.theta_slots.grad, self.points.grad, self.values.grad):
+        for grad in (self.points.grad, self.values.grad):
             grad.fill(0.0)
 
-    def _sample_args(self, j: int) -> tuple:
-        return (self.theta_slots, self.points, self.active, self.held_shadow, rg.N_LAYERS * self.n_px, j, self.values)
+    def _forward_image(self) -> None:
+        """Untaped: theta's kinematics on the device, packed with the camera, and the forward renderer's frame."""
+        launch(kinematics, self.theta, self.forward_prm)
+        prm = self.forward_prm.to_numpy()
+        prm[rk.P_CAM_POS:rk.P_CAM_FWD + 3] = self._cam_params[:12]
+        prm[rk.P_PIXEL] = self._cam_params[12]
+        self._forward.render_packed(prm)
 
-    def _samples_adjoint(self) -> None:
-        """Taichi's adjoint of every sample launch: theta_slots.grad and points.grad from values.grad."""
+    def _sample_args(self, j: int, theta) -> tuple:
+        return (theta, self.points, self.active, self.held_shadow, rg.N_LAYERS * self.n_px, j, self.values)
+
+    def _samples_adjoint(self, theta=None) -> None:
+        """Taichi's adjoint of every sample launch: points.grad, and theta_slots.grad unless `theta` is the
+        gradient-free shared copy (the hold's spatial gradients), from values.grad."""
         for j in range(rg.N_SAMPLES):
-            dispatch(rg.sdf_samples.grad, self._sample_args(j))
+            dispatch(rg.sdf_samples.grad, self._sample_args(j, self.theta_slots if theta is None else theta))
 
     def _record_loss(self) -> None:
         self.loss.fill(0.0)  # Taichi's own fill: neither recorded nor differentiated
@@ -398,18 +450,23 @@ def finite_difference(r: DiffRenderer, components: list[int] | None = None) -> n
 def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarray, width: int, height: int,
                         azimuth: float = Camera.azimuth, elevation: float = Camera.elevation,
                         distance: float = Camera.distance, max_width: int = 512, max_height: int = 256,
-                        levels: int = 1) -> dict:
+                        levels: int = 1, compare: str = "diff") -> dict:
     """The parity computation "render_gradient": loss and d loss / d theta of the shared renderer on this backend
     for the given theta, target image (linear (height, width, 3)) and per-pixel loss weights, 1-pixel silhouettes,
-    an L2 loss over `levels` pyramid levels."""
+    an L2 loss over `levels` pyramid levels, comparing the `compare` image (DiffRenderer.set_compare) with the
+    target. "image": the compared image; "diff_image": the differentiable render's own; "edges": `edge_mask`."""
     r = shared_renderer(max_width, max_height)
     r.set_view(Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance)), int(width),
                int(height))
+    r.set_compare(str(compare))
     r.set_loss("l2", int(levels), 1.0)
     r.set_theta(theta)
     r.set_target(target, weight)
     loss, grad = r.loss_and_gradient()
-    return {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy()}
+    source = r.diff_image if r.compare == "forward" else r.image
+    diff_image = source.to_numpy()[:r.n_px].reshape(r.height, r.width, 3)
+    return {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy(), "diff_image": diff_image,
+            "edges": edge_mask(r)}
 
 
 def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, height: int,
@@ -430,6 +487,6 @@ def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, hei
     r.set_target(target, mask.astype(np.float32))
     _, grad = r.loss_and_gradient()
     numeric = finite_difference(r, [int(i) for i in components])
-    arm = np.isin(held_layers(r)["material"][0], [rg_materials.M_PAINT, rg_materials.M_JOINT, rg_materials.M_STEEL])
+    arm = np.isin(held_layers(r)["material"][0], [rk.M_PAINT, rk.M_JOINT, rk.M_STEEL])
     return {"grad": grad[components], "fd": numeric[components], "pixels": np.int64(mask.sum()),
             "arm_pixels": np.int64((mask & arm).sum())}

@@ -186,12 +186,23 @@ class Renderer:
         """
         import taichi as ti
 
-        self._prm.from_numpy(pack(scene, camera, self.width, self.height))
         started = time.perf_counter()
-        launch(rk.render, self._prm, self._rgb, self._depth, self._normal, self._steps)
+        self.render_packed(pack(scene, camera, self.width, self.height))
         ti.sync()
         self.last_ms = (time.perf_counter() - started) * 1e3
         return self._rgb.to_numpy()
+
+    def render_packed(self, prm: np.ndarray) -> None:
+        """Launch the render of an already packed parameter array (float32 (N_PARAMS,), layout
+        `engine.kernels.raymarch.P_*`) into the buffers, no read-back: `rgb_buffer` holds the image on the
+        device (the differentiable renderer's forward-image comparison packs theta's kinematics on the device)."""
+        self._prm.from_numpy(np.asarray(prm, np.float32))
+        launch(rk.render, self._prm, self._rgb, self._depth, self._normal, self._steps)
+
+    @property
+    def rgb_buffer(self):
+        """The last frame's linear RGB as the device array itself (ti.ndarray f32 (height, width, 3))."""
+        return self._rgb
 
     def srgb8(self) -> np.ndarray:
         """The last frame as sRGB uint8 (H, W, 3), ready for a PNG or a texture."""

@@ -53,9 +53,11 @@ def test_every_custom_adjoint_is_declared_beside_its_forward_and_named_after_it(
     import engine.kernels.image_loss  # noqa: F401
     import engine.kernels.reduce  # noqa: F401
     import engine.kernels.softmin  # noqa: F401
+    import engine.kernels.straight_through  # noqa: F401
 
     pairs = custom_adjoints()
-    for forward in ("gather_corners", "broadcast_rows", "sum_into", "image_loss_terms", "soft_min_layers"):
+    for forward in ("gather_corners", "broadcast_rows", "sum_into", "image_loss_terms", "soft_min_layers",
+                    "substitute_image"):
         assert pairs.get(forward) == f"{forward}_adjoint", pairs
     from engine.kernels import image_loss, reduce, softmin
 
@@ -210,3 +212,32 @@ def test_differentiable_image_is_close_to_the_forward_renderers():
     forward = _render_call("cpu", "raymarch_frame", t=0.1, width=128, height=64)["rgb"]
     err = np.abs(diff - forward).max(axis=-1)
     assert np.mean(err < 1e-2) > 0.85 and err.mean() < 0.02, (np.mean(err < 1e-2), err.mean())
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_comparing_the_forward_image_removes_the_floor_under_a_png_and_keeps_the_differentiable_gradient(arch):
+    """A PNG written by the forward renderer, compared with the forward renderer's image of theta
+    (DiffRenderer.set_compare("forward")): at the true pose the loss is the PNG's 8-bit rounding alone, where
+    the differentiable render's own image leaves a floor; and away from it the gradient is exactly the
+    differentiable render's Jacobian applied to the forward residual F - T (the same as comparing the
+    differentiable image D with the target D - (F - T)), whose agreement with central differences the
+    gradcheck above checks on each backend."""
+    from app.claims.render_gradcheck import OFFSET
+    from app.scenes.robot_arm import theta_at
+    from engine.image_io import linear_from_srgb8, srgb8
+
+    width, height = 128, 64
+    png = linear_from_srgb8(srgb8(_call("cpu", "raymarch_frame", t=0.1, width=width, height=height)["rgb"]))
+    ones = np.ones((height, width), np.float32)
+    truth = theta_at(0.1)
+    own = _render_call(arch, "render_gradient", theta=truth, target=png, weight=ones, width=width, height=height)
+    matched = _render_call(arch, "render_gradient", theta=truth, target=png, weight=ones, width=width, height=height,
+                           compare="forward")
+    assert own["loss"] > 1e-4 and matched["loss"] < 2e-6, (own["loss"], matched["loss"])
+    away = _render_call(arch, "render_gradient", theta=truth + OFFSET, target=png, weight=ones, width=width,
+                        height=height, compare="forward")
+    shifted = away["diff_image"] - (away["image"] - png)
+    same = _render_call(arch, "render_gradient", theta=truth + OFFSET, target=shifted, weight=ones, width=width,
+                        height=height)
+    assert np.abs(away["grad"]).max() > 0.0 and away["loss"] > 100.0 * matched["loss"]
+    np.testing.assert_allclose(away["grad"], same["grad"], rtol=0.0, atol=1e-4 * np.abs(same["grad"]).max())

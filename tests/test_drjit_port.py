@@ -1,5 +1,6 @@
 """The Dr.Jit port of the differentiable render (bench/drjit_render.py, the `bench invert` peer) renders the same
-image and the same gradient as ours, at 64x32, with the benchmark's own tolerances (`bench.invert.compare`).
+image and the same gradient as ours, at 64x32, with the benchmark's own tolerances (`bench.invert.compare`: the
+gradient over pixels farther than 2 pixels from a silhouette within 5e-3, over the band within 2e-1).
 
 Skipped when drjit (the `bench` extra) or an LLVM it can use (>= 16) is missing. Ours runs in a cpu worker of
 its own whose first fields are the shared 512x256 renderer, so its kernels load from the offline cache that
@@ -60,7 +61,8 @@ def test_the_port_renders_our_image_and_gradient(ours):
     assert np.abs(peer.r.render(truth) - ours.target).max() <= 0.05
     c = check(ours, peer, theta)
     assert c["ok"], describe(c)
-    assert c["agreeing"] > 0.9 and c["loss_rel"] < 1e-4  # the comparison is of the same image, nearly everywhere
+    # the comparison is of the same image, nearly everywhere; the silhouette band is a third of it at 64x32
+    assert c["agreeing"] + c["edge_share"] > 0.9 and c["agreeing"] > 0.5 and c["loss_rel"] < 1e-4
 
 
 def test_the_comparison_can_fail(ours):

@@ -68,6 +68,7 @@ def test_invert_from_a_png_the_forward_renderer_wrote(tmp_path):
     assert result.returncode == 0, result.stderr
     record = json.loads((out / "invert.json").read_text())
     assert record["arch"] == "cpu" and record["iterations"] == 4 and len(record["losses"]) == 4
+    assert record["settings"]["compare"] == "forward"  # a PNG is matched through the renderer that wrote it
     assert set(record["parameters"]) == set(scene_theta.NAMES)
     assert record["parameters"]["yaw"]["start"] != record["parameters"]["yaw"]["true"]
     assert all(np.isfinite(record["losses"])) and record["image_loss"]["start"] > 0.0

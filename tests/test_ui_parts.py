@@ -12,7 +12,7 @@ from app.ui.gl import MESH_FOV_Y
 from app.ui.menus import SHORTCUTS
 from app.ui.panels import file_dialog
 from app.ui.panels.fit_panel import FRAME_MARGIN, framing_distance
-from app.ui.state import AppState, Orbit
+from app.ui.state import AppState, Command, Orbit
 from engine import image_io
 
 
@@ -99,3 +99,69 @@ def test_every_shortcut_has_its_own_key():
     assert len(set(keys)) == len(keys)
     labels = [shortcut.keys for shortcut in SHORTCUTS.values()]
     assert len(set(labels)) == len(labels)
+
+
+class _Recorder(_Link):
+    """A worker link that keeps what is sent to it."""
+
+    def __init__(self):
+        super().__init__("ready")
+        self.sent, self.started = [], False
+
+    def start(self) -> None:
+        self.started = True
+
+    def send(self, request) -> None:
+        self.sent.append(request)
+
+
+def _render_grad_controller() -> tuple[Controller, AppState]:
+    state = AppState(arch="cpu", parity_arch="vulkan", show_timings=False)
+    controller = Controller.__new__(Controller)  # recording links: the render-gradient comparison's protocol alone
+    controller.primary, controller.parity, controller.render_grad = _Recorder(), _Recorder(), _Recorder()
+    controller._first_calls = {controller.primary: set(), controller.parity: set(),
+                               controller.render_grad: {"render_gradient"}}
+    return controller, state
+
+
+def _answer(request, **outputs):
+    from app.ui.controller import _parity_post
+    from app.ui.links import Answer
+
+    answer = Answer(request, outputs)
+    if request.slot == "render_grad":
+        _parity_post(answer)
+    return answer
+
+
+@pytest.mark.parametrize("b_off", [0.0, 1e-2])
+def test_render_gradient_comparison_redoes_both_sides_over_the_agreeing_pixels(b_off):
+    # as the claim render_grad_parity: a pixel whose images differ (a flipped march decision) leaves the comparison
+    controller, state = _render_grad_controller()
+    state.commands.append(Command("render_grad"))
+    controller._command(state, state.commands.pop())
+    assert state.parity.render_grad_stage == "evaluating on cpu (A)"
+    first_a = controller.primary.sent[-1]
+    image_a = np.zeros((2, 3, 3), np.float32)
+    at = {"theta": np.arange(4.0), "weight": np.ones((2, 3), np.float32)}
+    grad_a = np.array([1.0, -2.0, 0.5, 0.0])
+    controller._primary_answer(state, _answer(first_a, grad=grad_a, image=image_a, iteration=np.int64(7), at=at))
+    assert state.parity.render_grad_stage.startswith("starting a vulkan worker for B")
+    assert controller.render_grad.started and not controller.parity.sent  # a worker of its own, started on demand
+    first_b = controller.render_grad.sent[-1]
+    image_b = image_a.copy()
+    image_b[1, 2, 0] = 1e-3  # beyond PIXEL_ATOL: this pixel's gradient is not compared
+    controller._parity_answer(state, _answer(first_b, grad=grad_a + 0.5, image=image_b))
+    second_a = controller.primary.sent[-1]
+    assert second_a.name.endswith("invert_gradient") and second_a.inputs["weight"].sum() == 5
+    assert second_a.inputs["weight"][1, 2] == 0 and np.array_equal(second_a.inputs["theta"], at["theta"])
+    masked = {**at, "weight": second_a.inputs["weight"]}
+    controller._primary_answer(state, _answer(second_a, grad=grad_a, image=image_a, iteration=np.int64(8), at=masked))
+    assert state.parity.render_grad_stage == "evaluating on vulkan (B)"
+    second_b = controller.render_grad.sent[-1]
+    assert second_b is not first_b and second_b.inputs["weight"] is masked["weight"]
+    controller._parity_answer(state, _answer(second_b, grad=grad_a + np.array([0.0, b_off, 0.0, 0.0]), image=image_b))
+    summary = state.parity.render_grad_summary
+    assert state.parity.render_grad_stage == "" and "iteration 7" in summary
+    assert ("cpu and vulkan agree" if b_off == 0.0 else "cpu and vulkan DIFFER") in summary, summary
+    assert "over the 5 of 6 pixels" in summary and "whole image 0.25" in summary, summary

@@ -22,6 +22,26 @@ from engine import computations
 T, WIDTH, HEIGHT = 0.1, 128, 64
 
 
+def agreeing_pixels(image_a: np.ndarray, image_b: np.ndarray) -> np.ndarray:
+    """(H, W) bool: the pixels whose two (H, W, 3) linear images agree within PIXEL_ATOL in every channel.
+
+    >>> agreeing_pixels(np.zeros((1, 2, 3)), np.array([[[0.0, 0.0, 0.0], [0.0, 1e-3, 0.0]]])).tolist()
+    [[True, False]]
+    """
+    return np.abs(np.asarray(image_a) - np.asarray(image_b)).max(axis=-1) <= PIXEL_ATOL
+
+
+def relative_gap(grad_a: np.ndarray, grad_b: np.ndarray) -> float:
+    """max |grad_a - grad_b| / max |grad_a| (inf when grad_a is all zero): what the claim holds to RTOL.
+
+    >>> relative_gap(np.array([2.0, -4.0]), np.array([2.0, -3.5]))
+    0.125
+    """
+    scale = float(np.abs(grad_a).max())
+    gap = float(np.abs(np.asarray(grad_a) - np.asarray(grad_b)).max())
+    return gap / scale if scale > 0.0 else float("inf")
+
+
 def run(ctx) -> None:
     from app.claims.render_gradcheck import OFFSET
     from app.scenes.invert import render_target
@@ -34,13 +54,13 @@ def run(ctx) -> None:
     a = computations.run("render_gradient", **inputs)
     b = ctx.parity.call("render_gradient", **inputs)
     pixel_err = np.abs(a["image"] - b["image"]).max(axis=-1)
-    agree = pixel_err <= PIXEL_ATOL
-    whole = float(np.abs(a["grad"] - b["grad"]).max() / np.abs(a["grad"]).max())
+    agree = agreeing_pixels(a["image"], b["image"])
+    whole = relative_gap(a["grad"], b["grad"])
     inputs["weight"] = agree.astype(np.float32)
     a2 = computations.run("render_gradient", **inputs)
     b2 = ctx.parity.call("render_gradient", **inputs)
     scale = float(np.abs(a2["grad"]).max())
-    rel = float(np.abs(a2["grad"] - b2["grad"]).max()) / scale
+    rel = relative_gap(a2["grad"], b2["grad"])
     ctx.metric(width=WIDTH, height=HEIGHT, rel=rel, rel_whole_image=whole, pixels_compared=int(agree.sum()),
                pixels_differing=int((~agree).sum()), image_max_abs_diff=float(pixel_err.max()),
                loss_a=float(a["loss"]), loss_b=float(b["loss"]))

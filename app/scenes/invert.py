@@ -8,7 +8,10 @@
 The target is a linear RGB image of the scene seen from `camera`: rendered by the
 differentiable renderer at known parameters (`render_target`), or read from a PNG
 (`load_target_png`: any sRGB PNG of the right size, e.g. one `python -m app render`
-wrote). The optimiser is Adam (engine.autodiff.optim) on the renderer's theta field,
+wrote). A PNG is compared with the forward renderer's image of the current theta (the
+renderer `render` draws with; `settings.compare`, engine.diff_render.DiffRenderer.set_compare),
+so the loss vanishes at the true pose; the gradient is the differentiable render's
+either way. The optimiser is Adam (engine.autodiff.optim) on the renderer's theta field,
 with frozen groups masked and limits clamped on the device after each step
 (engine.theta_adam.ThetaAdam). Schedule (measured on this
 scene, docs/RESULTS.md): an L2 loss over a 4-level image pyramid, silhouettes twice as
@@ -17,7 +20,7 @@ iterations, the learning rate falling from lr to lr / 10 on a cosine.
 
 CLI: python -m app invert [--t T | --target-image PNG] [--set NAME=V,...] [--perturb GROUP=M,...]
      [--seed S] [--optimise GROUP,...] [--iters N] [--lr LR] [--loss l2|l1] [--levels L]
-     [--width W --height H] [--azimuth A --elevation E --distance D] [--arch A] [--out DIR]
+     [--compare auto|forward|diff] [--width W --height H] [--azimuth A --elevation E --distance D] [--arch A] [--out DIR]
      [--frame-every K]
 writes DIR/invert.json, DIR/loss.png and .svg, DIR/frames/iter_NNNNN.png (current | target | |difference|)
 and DIR/progress.gif. Ctrl-C stops after the current iteration and writes everything so far (exit 130).
@@ -40,6 +43,7 @@ from engine.render import Camera
 MAX_WIDTH, MAX_HEIGHT = 512, 256  # the shared differentiable renderer's size: one compile serves every view up to it
 DEFAULT_PERTURB = "joints=20,gripper=0.03,letter=0.2,letter_angles=10"
 DEFAULT_T = 0.1  # the arm stands clear of the tiles against the floor; the fallen tile lies on the table
+COMPARE = ("forward", "diff")
 OUTPUTS = ("invert.json", "loss.png", "loss.svg", "progress.gif", "frames/iter_*.png")
 
 
@@ -54,6 +58,7 @@ class InvertSettings:
     lr_end: float = 0.1  # the learning rate ends at lr * lr_end (cosine)
     cycles: int = 2  # the schedule runs this many times (a restart shakes the fit out of a shallow minimum)
     groups: tuple[str, ...] = ("joints", "gripper", "letter", "letter_angles")  # optimised groups
+    compare: str = "diff"  # the image the loss compares with the target (engine.diff_render.DiffRenderer.set_compare)
 
 
 def renderer():
@@ -71,11 +76,14 @@ def check_view(width: int, height: int) -> None:
         raise UserError(f"inverse rendering runs at up to {MAX_WIDTH}x{MAX_HEIGHT}, got {width}x{height}")
 
 
-def render_target(theta: np.ndarray, width: int, height: int, camera: Camera = Camera()) -> np.ndarray:
-    """The differentiable renderer's image of theta: linear RGB (height, width, 3) float32, 1-pixel silhouettes."""
+def render_target(theta: np.ndarray, width: int, height: int, camera: Camera = Camera(),
+                  compare: str = "diff") -> np.ndarray:
+    """The image of theta that a fit with this `compare` matches: linear RGB (height, width, 3) float32; "diff":
+    the differentiable render's (1-pixel silhouettes), "forward": the forward renderer's (what `render` writes)."""
     check_view(width, height)
     r = renderer()
     r.set_view(camera, width, height)
+    r.set_compare(compare)
     r.set_loss("l2", levels=1, edge_px=1.0)
     r.set_theta(theta)
     return r.render()
@@ -117,6 +125,7 @@ class InverseRender:
         self.target = np.asarray(target, np.float32)
         self.r = renderer()
         self.r.set_view(camera, width, height)
+        self.r.set_compare(settings.compare)
         self.r.set_loss(settings.loss, settings.levels, settings.edge_start)
         self.r.set_target(self.target)
         self.r.set_theta(self.start)
@@ -154,7 +163,8 @@ class InverseRender:
         return self.r.theta_values()
 
     def image_loss(self, theta: np.ndarray | None = None) -> float:
-        """The plain full-resolution L2 image loss (1-pixel silhouettes) at theta (default: the current one)."""
+        """The plain full-resolution L2 image loss (1-pixel silhouettes) at theta (default: the current one), of the
+        compared image (settings.compare)."""
         keep = self.r.theta_values()
         self.r.set_loss("l2", 1, 1.0)
         self.r.set_theta(keep if theta is None else theta)
@@ -208,6 +218,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr})")
     p.add_argument("--loss", choices=("l2", "l1"), default=d.loss, help="image loss (default l2)")
     p.add_argument("--levels", type=int, default=d.levels, help=f"image pyramid levels 1..4 (default {d.levels})")
+    p.add_argument("--compare", choices=("auto", *COMPARE), default="auto",
+                   help="the image compared with the target: the forward renderer's (forward: what `render` writes, "
+                        "so a PNG of it is matched exactly at the true pose) or the differentiable render's own "
+                        "(diff); the gradient is the differentiable render's either way (default auto: forward for "
+                        "--target-image, diff for a rendered target)")
     p.add_argument("--edge-start", type=float, default=d.edge_start,
                    help=f"silhouette width in pixel footprints at the start, narrowing to 1 (default {d.edge_start:g})")
     p.add_argument("--width", type=int, default=256)
@@ -298,10 +313,11 @@ def _invert(args: argparse.Namespace, checked: tuple, target_png: np.ndarray | N
         truth[index] = value
     running = backend.init(args.arch)
     started = time.perf_counter()
-    target = target_png if target_png is not None else render_target(truth, args.width, args.height, camera)
+    compare = args.compare if args.compare != "auto" else "forward" if target_png is not None else "diff"
+    target = target_png if target_png is not None else render_target(truth, args.width, args.height, camera, compare)
     start = scene_theta.perturb(truth, perturb, args.seed)
     settings = InvertSettings(iterations=args.iters, lr=args.lr, loss=args.loss, levels=args.levels,
-                              edge_start=args.edge_start, groups=groups)
+                              edge_start=args.edge_start, groups=groups, compare=compare)
     inv = InverseRender(target, start, truth, args.width, args.height, camera, settings)
     start_loss = inv.image_loss(start)
     frames = []

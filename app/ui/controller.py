@@ -15,18 +15,23 @@
 7. every GRAD_PARITY_EVERY_S, while the fit has moved on, evaluate its gradient on the primary
    (between batches: the fit keeps running) and again at the same vertices on the parity backend;
 8. keep a running inverse render going: one batch (INVERT_BATCH_S) in flight at a time; its render
-   gradient is compared across backends when the parity panel asks.
+   gradient is compared across backends when the parity panel asks, the way the claim
+   `render_grad_parity` compares it: A then B over the whole image, then (where a last-bit difference
+   flipped a march decision on a few silhouette pixels) A then B again over the pixels whose images agree.
 
 The primary backend (`--arch`) runs the renderer and the fit in one worker; the
-parity backend (`--parity-arch`) runs in another. See `app.ui.links`.
+parity backend (`--parity-arch`) runs in another, and B's render gradient in a third on the same
+backend, started on the first "compare render gradient". See `app.ui.links`.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
-from app.claims.thresholds import GRAD_RTOL
+from app.claims.render_grad_parity import agreeing_pixels, relative_gap
+from app.claims.thresholds import GRAD_RTOL, PIXEL_ATOL
 from app.ui.links import Answer, Request, WorkerLink
 from app.ui.parity_summary import summarise
 from app.ui.state import AppState, Command, invert_reset_command, reset_command
@@ -55,12 +60,30 @@ HIDDEN_VIEW_PX = (640, 360)  # frames for the parity panel when the ray-march pa
 LAYOUT_FRAMES = 3  # the docked panels have their sizes after this many frames
 
 
+@dataclass
+class RenderGradRound:
+    """A render-gradient comparison under way: what A answered, carried as its requests' context."""
+
+    iteration: int  # the inverse render's iteration it was taken at
+    at: dict  # the "render_gradient" inputs (theta, target, weight, width, height) A evaluated
+    grad_a: np.ndarray  # (N_THETA,) d loss / d theta on A
+    image_a: np.ndarray  # (H, W, 3) linear, A's image at theta
+    agree: np.ndarray | None = None  # (H, W) bool, pixels whose images agree on A and B (after the whole-image round)
+    whole_rel: float = 0.0  # max |gA - gB| / max |gA| over the whole image
+
+
 def _parity_post(answer: Answer) -> None:
     """Parity link: compare B's answer with A's (carried in the request context), off the UI thread."""
+    if answer.request.slot == "render_grad":
+        round_ = answer.request.context
+        answer.extra = {"rel": relative_gap(round_.grad_a, answer.outputs["grad"])}
+        if round_.agree is None:
+            answer.extra["agree"] = agreeing_pixels(round_.image_a, answer.outputs["image"])
+        return
     reference, atol = answer.request.context[:2]
     if answer.request.slot == "render":
         answer.extra = summarise(reference, answer.outputs["linear"], atol)
-    else:  # "grad" (the fit's) or "render_grad" (the inverse render's)
+    else:  # "grad": the fit's
         answer.extra = {"report": compare(reference, answer.outputs["grad"], atol)}
 
 
@@ -71,11 +94,17 @@ class Controller:
         # the inverse render goes first: its fields must be the worker's first (Taichi's offline cache is keyed by
         # SNode ids), or its kernels compile again (minutes) instead of loading
         self.primary = WorkerLink(state.arch, priorities=("invert", "fit", "render"), queued=("invert", "fit"))
-        self.parity = WorkerLink(state.parity_arch, priorities=("grad", "render_grad", "render"), post=_parity_post)
+        self.parity = WorkerLink(state.parity_arch, priorities=("grad", "render"), post=_parity_post)
+        # B's render gradient runs in a worker of its own, started on the first "compare render gradient": there the
+        # differentiable renderer's fields are the first, as in the processes that filled the cache (the render
+        # tests' and the claims' workers, `invert`), so its kernels load (seconds) instead of compiling (minutes),
+        # and the parity worker goes on comparing frames and the fit's gradients meanwhile
+        self.render_grad = WorkerLink(state.parity_arch, priorities=("render_grad",), post=_parity_post)
         self._sent_render: dict | None = None
         self._fit_started: float | None = None  # perf_counter when the running fit's rate window began
         self._fit_iterations_at_start = 0
-        self._first_calls = {self.primary: set(FIRST_CALLS), self.parity: set(FIRST_CALLS)}
+        self._first_calls = {self.primary: set(FIRST_CALLS), self.parity: set(FIRST_CALLS),
+                             self.render_grad: set(FIRST_CALLS)}
         self._started_at: dict[tuple[WorkerLink, str], float] = {}  # when each start-up step was first seen running
         self._grad_in_flight = False  # a gradient comparison is under way (primary, then parity)
         self._grad_compared_iteration = -1  # the fit iteration whose gradients were last compared
@@ -93,6 +122,7 @@ class Controller:
     def close(self) -> None:
         self.primary.close()
         self.parity.close()
+        self.render_grad.close()
 
     # --- once per frame -------------------------------------------------------------------------
     def tick(self, state: AppState, dt: float) -> None:
@@ -101,6 +131,10 @@ class Controller:
             self._primary_answer(state, self.primary.answers.get())
         while not self.parity.answers.empty():
             self._parity_answer(state, self.parity.answers.get())
+        while not self.render_grad.answers.empty():
+            self._parity_answer(state, self.render_grad.answers.get())
+        if state.parity.render_grad_stage and self.render_grad.status.startswith("unavailable"):
+            self._render_grad_done(state, f"render gradient comparison failed: {self.render_grad.status}")
         view = state.raymarch
         if view.playing:
             view.t = (view.t + dt * view.speed / view.cycle_s) % 1.0
@@ -153,14 +187,13 @@ class Controller:
             message = answer.error  # one line: a worker's UserError as it is, or what failed in it
             if name == "render_frame":
                 state.raymarch.error = message
+            elif name == "invert_gradient":
+                self._render_grad_done(state, f"render gradient comparison failed: {message}")
             elif name.startswith("invert"):
                 view = state.invert
                 self._invert_in_flight = False
-                if name == "invert_gradient":
-                    state.parity.render_grad_summary = f"render gradient comparison failed: {message}"
-                else:
-                    view.error, view.running, view.busy = message, False, False
-                    view.ready = view.ready and name != "invert_reset"
+                view.error, view.running, view.busy = message, False, False
+                view.ready = view.ready and name != "invert_reset"
             elif name == "fit_gradient":
                 self._grad_in_flight = False
                 state.parity.grad_summary = f"gradient comparison failed: {message}"
@@ -198,9 +231,17 @@ class Controller:
         elif name in ("invert_reset", "invert_run"):
             self._invert_snapshot(state, out, reset=name == "invert_reset")
         elif name == "invert_gradient":
-            atol = GRAD_RTOL * float(np.abs(out["grad"]).max())
-            self.parity.send(Request("render_grad", "render_gradient", dict(out["at"]),
-                                     context=(out["grad"], atol, int(out["iteration"])), timeout_s=INVERT_TIMEOUT_S))
+            round_ = answer.request.context or RenderGradRound(int(out["iteration"]), dict(out["at"]), out["grad"],
+                                                                out["image"])
+            round_.grad_a = out["grad"]
+            first = "render_gradient" in self._first_calls[self.render_grad]
+            state.parity.render_grad_stage = (
+                f"starting a {state.parity_arch} worker for B, loading (or compiling) the renderer's kernels there"
+                if first else f"evaluating on {state.parity_arch} (B)")
+            if not self.render_grad.started:
+                self.render_grad.start()
+            self.render_grad.send(Request("render_grad", "render_gradient", dict(out["at"]), context=round_,
+                                          timeout_s=INVERT_TIMEOUT_S))
         elif name == "fit_gradient":
             atol = GRAD_RTOL * float(np.abs(out["grad"]).max())
             self.parity.send(Request("grad", "fit_gradient_at", dict(out["at"]),
@@ -246,7 +287,9 @@ class Controller:
             view.running = False
 
     def _parity_answer(self, state: AppState, answer: Answer) -> None:
-        self._first_calls[self.parity].discard(answer.request.name.rsplit(":", 1)[-1])
+        """An answer of the parity worker, or of the render-gradient worker (slot "render_grad")."""
+        link = self.render_grad if answer.request.slot == "render_grad" else self.parity
+        self._first_calls[link].discard(answer.request.name.rsplit(":", 1)[-1])
         view = state.parity
         if answer.outputs is None:
             failed = f"parity comparison failed: {answer.error}"
@@ -254,18 +297,13 @@ class Controller:
                 view.grad_summary = failed
                 self._grad_in_flight = False
             elif answer.request.slot == "render_grad":
-                view.render_grad_summary = failed
+                self._render_grad_done(state, failed)
             else:
                 view.error = failed
             state.error(failed)
             return
         if answer.request.slot == "render_grad":
-            report = answer.extra["report"]
-            verdict = "agree" if report.share_within == 1.0 else "DIFFER"
-            view.render_grad_summary = (
-                f"render gradient at inverse-render iteration {answer.request.context[2]} {verdict} (rel "
-                f"{GRAD_RTOL:g} of max |grad|): {report.share_within * 100:.2f} % of the {report.count} "
-                f"parameters within, max |A - B| {report.max_abs_err:.3g}")
+            self._render_grad_answer(state, answer)
             return
         if answer.request.slot == "grad":
             self._grad_in_flight = False
@@ -285,6 +323,28 @@ class Controller:
         view.heatmap, view.heatmap_version = answer.extra["heatmap"], view.heatmap_version + 1
         view.hist_counts, view.hist_log_err = answer.extra["hist_counts"], answer.extra["hist_log_err"]
         view.compared_request = inputs
+
+    def _render_grad_answer(self, state: AppState, answer: Answer) -> None:
+        """B's render gradient: done, or (some pixels' images differ) A and B again over the agreeing pixels."""
+        round_, rel = answer.request.context, answer.extra["rel"]
+        if round_.agree is None:
+            round_.agree, round_.whole_rel = answer.extra["agree"], rel
+            if not round_.agree.all():
+                state.parity.render_grad_stage = f"evaluating on {state.arch} (A) over the pixels whose images agree"
+                at = round_.at
+                self._send_invert(state, "invert_gradient", {"theta": at["theta"],
+                                                             "weight": round_.agree.astype(np.float32)}, round_)
+                return
+        agree = round_.agree
+        verdict = "agree" if rel <= GRAD_RTOL else "DIFFER"
+        self._render_grad_done(state, (
+            f"render gradient at inverse-render iteration {round_.iteration}: {state.arch} and {state.parity_arch} "
+            f"{verdict}: max |A - B| {rel:.2g} of max |grad| (goal <= {GRAD_RTOL:g}) over the {int(agree.sum()):,} "
+            f"of {agree.size:,} pixels whose images agree within {PIXEL_ATOL:g}; whole image {round_.whole_rel:.2g}"))
+
+    @staticmethod
+    def _render_grad_done(state: AppState, summary: str) -> None:
+        state.parity.render_grad_summary, state.parity.render_grad_stage = summary, ""
 
     # --- requests -------------------------------------------------------------------------------
     def _command(self, state: AppState, command: Command) -> None:
@@ -311,7 +371,9 @@ class Controller:
         elif command.kind == "invert_step":
             self._invert_in_flight = True
             self._send_invert(state, "invert_run", {"max_steps": 1, "budget_s": 0.0})
-        elif command.kind == "render_grad":
+        elif command.kind == "render_grad" and not state.parity.render_grad_stage:
+            state.parity.render_grad_stage = f"evaluating on {state.arch} (A)"
+            state.parity.render_grad_started = time.perf_counter()
             self._send_invert(state, "invert_gradient", {})
         elif command.kind == "save_frame":
             self._save_frame(state, command.args["path"])
@@ -340,11 +402,13 @@ class Controller:
             return
         self.primary.send(Request("fit", f"{SERVICES}:{function}", inputs))
 
-    def _send_invert(self, state: AppState, function: str, inputs: dict) -> None:
+    def _send_invert(self, state: AppState, function: str, inputs: dict, context=None) -> None:
         if self.primary.status.startswith("unavailable"):
             state.error(f"inverse render: the {state.arch} backend is unavailable")
+            state.parity.render_grad_stage = ""
             return
-        self.primary.send(Request("invert", f"{SERVICES}:{function}", inputs, timeout_s=INVERT_TIMEOUT_S))
+        self.primary.send(Request("invert", f"{SERVICES}:{function}", inputs, context=context,
+                                  timeout_s=INVERT_TIMEOUT_S))
 
     def _keep_inverting(self, state: AppState) -> None:
         view = state.invert

@@ -9,6 +9,8 @@ from __future__ import annotations
 from imgui_bundle import imgui, implot
 
 COMPACT_PLOT_LINES = 14  # plots shorter than this many text lines drop their title
+SPINNER = "|/-\\"
+SPINNER_FRAMES = 6  # frames per spinner character
 
 
 def flow(width: float) -> None:
@@ -16,6 +18,11 @@ def flow(width: float) -> None:
     imgui.same_line()
     if imgui.get_content_region_avail().x < width:
         imgui.new_line()
+
+
+def spinner(state) -> str:
+    """The spinner's character at this frame of `state` (an AppState): work under way, however long."""
+    return SPINNER[(state.frame // SPINNER_FRAMES) % len(SPINNER)]
 
 
 def labelled_width(item_width: float, label: str) -> float:

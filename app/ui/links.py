@@ -73,6 +73,10 @@ class WorkerLink:
         self._worker: BackendWorker | None = None
         self._thread = threading.Thread(target=self._run, name=f"link-{arch}", daemon=True)
 
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
+
     def start(self) -> None:
         self._thread.start()
 
@@ -150,6 +154,8 @@ class WorkerLink:
         with self._wake:
             self._stop = True
             self._wake.notify()
+        if not self.started:
+            return
         self._thread.join(wait_s)
         if self._thread.is_alive() and self._worker is not None:
             self._worker.kill()

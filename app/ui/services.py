@@ -148,20 +148,26 @@ def invert_run(max_steps: int, budget_s: float) -> dict:
     return {**_invert_snapshot(losses), "seconds": np.float64(time.perf_counter() - started)}
 
 
-def invert_gradient() -> dict:
-    """d loss / d theta of the inversion at its current theta (full-resolution L2, 1-pixel silhouettes), and
-    the inputs of the "render_gradient" computation to redo it on another backend."""
+def invert_gradient(theta: np.ndarray | None = None, weight: np.ndarray | None = None) -> dict:
+    """d loss / d theta of the inversion's view and target (full-resolution L2, 1-pixel silhouettes) at `theta`
+    (default: its current theta) over the pixels `weight` (H, W) float32 weighs (default: all), with the
+    rendered image and the inputs of the "render_gradient" computation that redoes it on another backend.
+    The inversion's own theta, compared image and loss settings are put back afterwards."""
     from engine.diff_render import run_render_gradient
 
     if _inverse is None:
         raise RuntimeError("no inversion: reset first")
-    inputs = {"theta": _inverse.theta(), "target": _inverse.target,
-              "weight": np.ones(_inverse.target.shape[:2], np.float32), "width": np.int64(_inverse.width),
-              "height": np.int64(_inverse.height)}
+    current = _inverse.theta()
+    inputs = {"theta": current if theta is None else np.asarray(theta, np.float64), "target": _inverse.target,
+              "weight": np.ones(_inverse.target.shape[:2], np.float32) if weight is None
+              else np.asarray(weight, np.float32), "width": np.int64(_inverse.width), "height": np.int64(_inverse.height)}
     out = run_render_gradient(**inputs)
+    _inverse.r.set_theta(current)
+    _inverse.r.set_compare(_inverse.settings.compare)
     _inverse.r.set_loss(_inverse.settings.loss, _inverse.settings.levels, _inverse.settings.edge_start)
     _inverse.r.set_target(_inverse.target)
-    return {"grad": out["grad"], "loss": out["loss"], "iteration": np.int64(_inverse.iteration), "at": inputs}
+    return {"grad": out["grad"], "loss": out["loss"], "image": out["image"], "iteration": np.int64(_inverse.iteration),
+            "at": inputs}
 
 
 def _invert_snapshot(losses: list[float]) -> dict:

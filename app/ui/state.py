@@ -131,6 +131,8 @@ class ParityView:
     compared_request: dict | None = None  # the render request behind the numbers
     grad_summary: str = ""  # parity of the current fit's gradients, when compared
     render_grad_summary: str = ""  # parity of the inverse render's gradient, when compared
+    render_grad_stage: str = ""  # what the render-gradient comparison under way does now; "" when none is
+    render_grad_started: float = 0.0  # perf_counter when it began
     error: str = ""  # why the last frame comparison failed; "" after a good one
 
 

@@ -41,6 +41,20 @@ def theta_row(theta: ti.template(), row: ti.i32):
 
 
 @ti.func
+def theta_of(theta: ti.template(), row: ti.i32):
+    """Row `row` of a (rows, N_THETA) field, or the whole of an (N_THETA,) field (then `row` is ignored).
+
+    A field without gradient read this way is a constant to Taichi's adjoints: the untaped
+    passes that want spatial gradients only read a shared, gradient-free copy of theta."""
+    v = ti.Vector([0.0] * N_THETA, ti.f32)
+    if ti.static(len(theta.shape) == 1):
+        v = theta_vector(theta)
+    else:
+        v = theta_row(theta, row)
+    return v
+
+
+@ti.func
 def scene_from_theta(v) -> Scene:
     """Forward kinematics: theta (vector of N_THETA) -> the renderer's per-frame Scene.
 

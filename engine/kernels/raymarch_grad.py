@@ -51,7 +51,7 @@ one compile serves every resolution.
 """
 import taichi as ti
 
-from engine.kernels.kinematics import scene_from_theta, theta_row, theta_vector
+from engine.kernels.kinematics import scene_from_theta, theta_of, theta_row, theta_vector
 from engine.kernels.raymarch import (M_BOUND, NORMAL_EPS, SHADOW_STEPS, SCENE_TOP, Scene, ambient_occlusion, fog,
                                      length, lerp, light, march, normal_at, primary_ray, scene_sdf, sky, tap_sign, tone_map)
 
@@ -211,14 +211,15 @@ def hold(theta: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32
 def sdf_samples(theta_slots: ti.template(), points: ti.template(), active: ti.template(), held_shadow: ti.template(),
                 n_slots: ti.i32, j: ti.i32, values: ti.template()):
     """values[slot, j] += scene distance at held point j of every active slot, from its row of theta
-    (the shadow point only where something shadows).
+    (the shadow point only where something shadows); `theta_slots` may also be one shared (N_THETA,) theta
+    (`kinematics.theta_of`).
 
     The one differentiated SDF call site, launched once per sample index j (values zeroed
     first, so the launches only accumulate); its adjoint is what the tape replays."""
     ti.loop_config(block_dim=64)
     for slot in range(n_slots):
         if active[slot] != 0 and (j != S_SHADOW or held_shadow[slot] > 0.0):
-            s = scene_from_theta(theta_row(theta_slots, slot))
+            s = scene_from_theta(theta_of(theta_slots, slot))
             values[slot, j] += scene_sdf(points[slot, j], s, True).x
 
 

@@ -23,6 +23,7 @@ from app.ui import colours
 from app.ui.gl import MESH_FOV_Y, Gfx
 from app.ui.layout import flow, labelled_width
 from app.ui.panels import file_dialog
+from app.ui.panels.run_controls import run_buttons, run_caption
 from app.ui.state import FIT_HOME, FIT_TARGETS, AppState, Command, reset_command
 
 MAX_ITERATIONS = 100_000
@@ -120,17 +121,13 @@ def _controls(state: AppState) -> None:
     fit = state.fit
     em = imgui.get_font_size()
     imgui.begin_disabled(not fit.ready)
-    width = imgui.ImVec2(em * 4.5, 0)
-    done = fit.iteration >= fit.max_iterations
-    if imgui.button("Pause" if fit.running else ("Continue" if done else "Start"), width):
+    pressed = run_buttons(fit.running, fit.iteration >= fit.max_iterations, em * 4.5,
+                          continue_tip=f"run {fit.max_iterations} more iterations")
+    if pressed == "run":
         toggle_run(state)
-    if done and not fit.running:
-        imgui.set_item_tooltip(f"run {fit.max_iterations} more iterations")
-    imgui.same_line()
-    if imgui.button("Step", width):
+    elif pressed == "step":
         step(state)
-    imgui.same_line()
-    if imgui.button("Reset", width):
+    elif pressed == "reset":
         reset(state)
     flow(labelled_width(em * 5, "iterations"))
     imgui.set_next_item_width(em * 5)
@@ -151,16 +148,12 @@ def _controls(state: AppState) -> None:
 
 def _progress_caption(state: AppState) -> str:
     fit = state.fit
-    if fit.busy:
-        return "setting up the fit..."
-    if not fit.ready:
-        return "" if fit.error else f"waiting for the {state.arch} backend"
-    loss = f" | loss {fit.losses[-1]:.3e}" if fit.losses else ""
-    if fit.iteration >= fit.max_iterations and not fit.running:
-        loss += f" | done: Continue runs {fit.max_iterations} more"
-    speed = f" | {fit.iterations_per_s:.1f} it/s" if state.show_timings and fit.running else ""
-    exported = f" | wrote {os.path.basename(fit.exported)}" if fit.exported else ""
-    return f"iteration {fit.iteration}{loss}{speed}{exported}"
+    return run_caption(
+        fit.busy, fit.ready, "the fit", "" if fit.error else f"waiting for the {state.arch} backend",
+        f"iteration {fit.iteration}", f"loss {fit.losses[-1]:.3e}" if fit.losses else "",
+        f"done: Continue runs {fit.max_iterations} more" if fit.iteration >= fit.max_iterations and not fit.running
+        else "", f"{fit.iterations_per_s:.1f} it/s" if state.show_timings and fit.running else "",
+        f"wrote {os.path.basename(fit.exported)}" if fit.exported else "")
 
 
 def _mesh_view(state: AppState, gfx: Gfx, size: imgui.ImVec2) -> None:
@@ -191,7 +184,7 @@ def _mesh_view(state: AppState, gfx: Gfx, size: imgui.ImVec2) -> None:
     draw_list = imgui.get_window_draw_list()
     draw_list.push_clip_rect(origin, imgui.ImVec2(origin.x + size.x, origin.y + size.y), True)
     draw_list.add_text(imgui.ImVec2(origin.x + 6, origin.y + 4), imgui.get_color_u32(imgui.Col_.text),
-                       "mesh (orange) vs target (blue wireframe)")
+                       "mesh (orange), target (blue)")
     draw_list.pop_clip_rect()
     imgui.set_cursor_screen_pos(imgui.ImVec2(origin.x + 6, origin.y + size.y - imgui.get_frame_height() - 6))
     if imgui.small_button("Reset view##fit"):

@@ -14,9 +14,15 @@ from imgui_bundle import imgui, implot
 
 from app.ui import colours
 from app.ui.gl import Gfx
+from app.ui.layout import flow
+from app.ui.panels.run_controls import run_buttons, run_caption
 from app.ui.state import AppState, Command, invert_reset_command
 
 IMAGES = (("target", "target"), ("image", "current"), ("diff", "|difference| x4"))
+COLUMNS = ("parameter", "true", "start", "current")
+TABLE_SHARE = 0.65  # of the panel's width, at most, for the parameter table
+EMPTY_PLOT_ITERATIONS = 100.0  # the loss plot's x range before the first iteration
+NARROW_PLOT_EMS = 14  # a loss plot narrower than this many font sizes labels only the ends of its x axis
 
 
 def draw(state: AppState, gfx: Gfx) -> None:
@@ -30,10 +36,15 @@ def draw(state: AppState, gfx: Gfx) -> None:
         return
     _images(state, gfx)
     avail = imgui.get_content_region_avail()
-    half = imgui.ImVec2(max((avail.x - imgui.get_style().item_spacing.x) / 2, 16.0), max(avail.y, 16.0))
-    _table(state, half)
+    spacing = imgui.get_style().item_spacing.x
+    rows = _rows(view)
+    # the table as wide as its widest cells (up to TABLE_SHARE of the panel: a narrow one clipped its numbers),
+    # the plot takes the rest
+    table_width = min(_table_width(rows), avail.x * TABLE_SHARE)
+    height = max(avail.y, 16.0)
+    _table(rows, imgui.ImVec2(table_width, height))
     imgui.same_line()
-    _loss_plot(state, half)
+    _loss_plot(state, imgui.ImVec2(max(avail.x - table_width - spacing, 16.0), height))
 
 
 def _controls(state: AppState) -> None:
@@ -49,21 +60,16 @@ def _controls(state: AppState) -> None:
     c, view.seed = imgui.input_int("seed", view.seed)
     changed |= c
     imgui.begin_disabled(not view.ready or view.busy)
-    width = imgui.ImVec2(imgui.get_font_size() * 4, 0)
-    imgui.same_line()
-    done = view.iteration >= view.max_iterations
-    imgui.begin_disabled(done and not view.running)
-    if imgui.button("Pause##invert" if view.running else "Start##invert", width):
-        view.running = not view.running
+    width = imgui.get_font_size() * 4
+    flow(3 * width + 2 * imgui.get_style().item_spacing.x)  # the buttons wrap as one row in a narrow panel
+    pressed = run_buttons(view.running, view.iteration >= view.max_iterations, width, "##invert")
     imgui.end_disabled()
-    imgui.same_line()
-    if imgui.button("Step##invert", width):
+    if pressed == "run":
+        view.running = not view.running
+    elif pressed == "step":
         view.running = False
         state.commands.append(Command("invert_step"))
-    imgui.same_line()
-    if imgui.button("Reset##invert", width):
-        changed = True
-    imgui.end_disabled()
+    changed |= pressed == "reset"
     if changed:
         view.running = False
         state.commands.append(invert_reset_command(state))
@@ -72,16 +78,12 @@ def _controls(state: AppState) -> None:
 
 def _caption(state: AppState) -> str:
     view = state.invert
-    if view.busy:
-        return "setting up the inversion..."
-    if not view.ready:
-        return "waiting for the backend"
-    loss = f" | loss {view.losses[-1]:.3e}" if view.losses else ""
-    errors = (f" | joints off by {view.errors.get('joints', 0.0):.3f} deg, letter by "
-              f"{view.errors.get('letter', 0.0):.4f}") if view.errors else ""
-    speed = f" | {view.iterations_per_s:.1f} it/s" if state.show_timings and view.running else ""
-    done = " | done: Reset to start over" if view.iteration >= view.max_iterations else ""
-    return f"iteration {view.iteration}/{view.max_iterations}{loss}{errors}{speed}{done}"
+    return run_caption(
+        view.busy, view.ready, "the inversion", "waiting for the backend",
+        f"iteration {view.iteration}/{view.max_iterations}", f"loss {view.losses[-1]:.3e}" if view.losses else "",
+        f"joints off by {view.errors.get('joints', 0.0):.3f} deg, letter by {view.errors.get('letter', 0.0):.4f}"
+        if view.errors else "", f"{view.iterations_per_s:.1f} it/s" if state.show_timings and view.running else "",
+        "done: Reset to start over" if view.iteration >= view.max_iterations else "")
 
 
 def _images(state: AppState, gfx: Gfx) -> None:
@@ -99,19 +101,36 @@ def _images(state: AppState, gfx: Gfx) -> None:
         imgui.set_item_tooltip(label)
 
 
-def _table(state: AppState, size: imgui.ImVec2) -> None:
-    view = state.invert
+def _rows(view) -> list[tuple[str, str, str, str]]:
+    """The parameter table's header and rows, as text."""
+    return [COLUMNS] + [(f"{name} ({unit})", f"{true:.3f}", f"{start:.3f}", f"{current:.3f}")
+                        for name, unit, true, start, current in zip(view.names, view.units, view.true, view.start,
+                                                                    view.current)]
+
+
+def _text_widths(rows: list[tuple[str, str, str, str]]) -> list[float]:
+    """Per column, the width of its widest text."""
+    return [max(imgui.calc_text_size(row[i]).x for row in rows) for i in range(len(COLUMNS))]
+
+
+def _table_width(rows: list[tuple[str, str, str, str]]) -> float:
+    """The width that shows every cell of `rows` whole, with the table's padding and its scroll bar."""
+    style = imgui.get_style()
+    return sum(_text_widths(rows)) + len(COLUMNS) * 2 * style.cell_padding.x + style.scrollbar_size
+
+
+def _table(rows: list[tuple[str, str, str, str]], size: imgui.ImVec2) -> None:
     flags = (imgui.TableFlags_.borders_inner_h | imgui.TableFlags_.scroll_y | imgui.TableFlags_.row_bg
              | imgui.TableFlags_.sizing_stretch_prop)
-    if not imgui.begin_table("##invert_parameters", 4, flags, size):
+    if not imgui.begin_table("##invert_parameters", len(COLUMNS), flags, size):
         return
-    for name, weight in (("parameter", 1.6), ("true", 1.0), ("start", 1.0), ("current", 1.0)):
-        imgui.table_setup_column(name, imgui.TableColumnFlags_.width_stretch, weight)
+    for name, width in zip(COLUMNS, _text_widths(rows)):  # stretched in proportion to their text: a narrow table clips evenly
+        imgui.table_setup_column(name, imgui.TableColumnFlags_.width_stretch, width)
     imgui.table_setup_scroll_freeze(0, 1)
     imgui.table_headers_row()
-    for name, unit, true, start, current in zip(view.names, view.units, view.true, view.start, view.current):
+    for row in rows[1:]:
         imgui.table_next_row()
-        for value in (f"{name} ({unit})", f"{true:.3f}", f"{start:.3f}", f"{current:.3f}"):
+        for value in row:
             imgui.table_next_column()
             imgui.text(value)
     imgui.end_table()
@@ -120,10 +139,13 @@ def _table(state: AppState, size: imgui.ImVec2) -> None:
 def _loss_plot(state: AppState, size: imgui.ImVec2) -> None:
     losses = state.invert.losses
     if implot.begin_plot("image loss", size, implot.Flags_.no_legend):
-        implot.setup_axes("iteration", "", implot.AxisFlags_.auto_fit, implot.AxisFlags_.auto_fit)
+        implot.setup_axes("iteration", "L2 loss (log)", implot.AxisFlags_.auto_fit, implot.AxisFlags_.auto_fit)
         implot.setup_axis_scale(implot.ImAxis_.y1, implot.Scale_.log10)
+        last = max(len(losses) - 1, 1) if losses else EMPTY_PLOT_ITERATIONS
+        if size.x < NARROW_PLOT_EMS * imgui.get_font_size():  # its six default ticks ran into each other
+            implot.setup_axis_ticks(implot.ImAxis_.x1, 0.0, float(last), 2)
         if not losses:
-            implot.setup_axes_limits(0.0, 100.0, 1e-6, 1e-2, implot.Cond_.always)
+            implot.setup_axes_limits(0.0, EMPTY_PLOT_ITERATIONS, 1e-6, 1e-2, implot.Cond_.always)
         else:
             ys = np.asarray(losses, dtype=np.float64)
             implot.plot_line("loss", np.arange(len(ys), dtype=np.float64), ys)

@@ -6,9 +6,12 @@ the result: the share of values within the tolerance and the max error (where it
 a tooltip), then |A - B| as a heat map (`engine.image_io.diff_heatmap`: log scale around the
 tolerance) with its colour bar, and a histogram of log10 |A - B| over every value with
 log counts (most values agree exactly, so a linear count axis shows one bar).
-It says when the parity worker is starting, busy or unavailable.
+It says when the parity worker is starting, busy or unavailable, and, with a spinner, what a
+render-gradient comparison ("compare render gradient") is doing while it runs.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 from imgui_bundle import imgui, implot
@@ -16,7 +19,7 @@ from imgui_bundle import imgui, implot
 from app.claims.thresholds import PIXEL_MIN_SHARE
 from app.ui import colours
 from app.ui.gl import Gfx
-from app.ui.layout import flow, plot_layout
+from app.ui.layout import flow, plot_layout, spinner
 from app.ui.parity_summary import HIST_BINS, LOG_RANGE
 from app.ui.state import AppState, Command
 from engine.image_io import diff_heatmap_range, heatmap_colours
@@ -37,12 +40,17 @@ def draw(state: AppState, gfx: Gfx) -> None:
     imgui.end_disabled()
     imgui.set_item_tooltip("the fit's gradients are compared every few seconds while it moves; this compares them now")
     imgui.same_line()
-    imgui.begin_disabled(view.status != "idle" or not state.invert.ready)
+    imgui.begin_disabled(view.status.startswith("unavailable") or not state.invert.ready
+                         or bool(view.render_grad_stage))
     if imgui.small_button("compare render gradient"):
         state.commands.append(Command("render_grad"))
     imgui.end_disabled()
     imgui.set_item_tooltip("d loss / d scene parameters of the inverse render at its current parameters, on both "
-                           "backends")
+                           "backends, over the pixels whose images agree (as the claim render_grad_parity)")
+    if view.render_grad_stage:
+        elapsed = f" ({time.perf_counter() - view.render_grad_started:.0f} s)" if state.show_timings else ""
+        imgui.text_colored(colours.BUSY, f"{spinner(state)} comparing the render gradient: "
+                                         f"{view.render_grad_stage}{elapsed}")
     if view.error:
         imgui.text_colored(colours.ERROR, view.error)
     if view.share_within is None:

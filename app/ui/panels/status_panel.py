@@ -4,9 +4,8 @@ from __future__ import annotations
 from imgui_bundle import imgui
 
 from app.ui import colours
+from app.ui.layout import spinner
 from app.ui.state import AppState
-
-_SPINNER = "|/-\\"
 
 
 def draw_status(state: AppState) -> None:
@@ -18,7 +17,6 @@ def draw_status(state: AppState) -> None:
     imgui.text_disabled(f"| parity: {state.parity_arch} | Taichi {state.taichi_version} | GL {state.gl_renderer.split(' (')[0]}")
     imgui.same_line()
     if state.warmup:
-        spinner = _SPINNER[(state.frame // 6) % len(_SPINNER)]
         if state.warmup_total and state.warmup_done < state.warmup_total:
             imgui.text_disabled("|")
             imgui.same_line()
@@ -28,7 +26,7 @@ def draw_status(state: AppState) -> None:
             imgui.set_item_tooltip("backend starts and first kernel compiles; the first run on a machine compiles "
                                    "for minutes, later runs load the kernels from Taichi's cache")
             imgui.same_line()
-        imgui.text_colored(colours.BUSY, f"{spinner} {'; '.join(state.warmup)}")
+        imgui.text_colored(colours.BUSY, f"{spinner(state)} {'; '.join(state.warmup)}")
     else:
         imgui.text_disabled("| warm")
     if state.saved:
