@@ -399,7 +399,9 @@ def case_disk_fills_during_the_run(tmp_path):
         try:
             wait_for(lambda: process.poll() is not None or (mount / "out" / "frames").is_dir()
                      and len(list((mount / "out" / "frames").glob("*.obj"))) >= 3, 120, "three frames")
-            with open(mount / "ballast", "wb") as ballast:  # another program fills the disk
+            # another program fills the disk; unbuffered, so that closing the file has nothing left to flush
+            # (a buffered tail raised ENOSPC from the `with` once the disk was full)
+            with open(mount / "ballast", "wb", buffering=0) as ballast:
                 try:
                     while True:
                         ballast.write(b"\0" * 65536)
