@@ -291,8 +291,9 @@ class DiffRenderer:
             self.has_target = has_target
         return self.image_numpy()
 
-    def image_numpy(self) -> np.ndarray:
-        return self.image.to_numpy()[:self.n_px].reshape(self.height, self.width, 3)
+    def image_numpy(self, field=None) -> np.ndarray:
+        """The last evaluation's `field` (default: the image the loss compared) as (height, width, 3) float32."""
+        return (self.image if field is None else field).to_numpy()[:self.n_px].reshape(self.height, self.width, 3)
 
     def loss_and_gradient(self) -> tuple[float, np.ndarray]:
         """Loss against the target at the current theta, and d loss / d theta (float64 copy of the f32 gradient)."""
@@ -463,10 +464,8 @@ def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarra
     r.set_theta(theta)
     r.set_target(target, weight)
     loss, grad = r.loss_and_gradient()
-    source = r.diff_image if r.compare == "forward" else r.image
-    diff_image = source.to_numpy()[:r.n_px].reshape(r.height, r.width, 3)
-    return {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy(), "diff_image": diff_image,
-            "edges": edge_mask(r)}
+    return {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy(),
+            "diff_image": r.image_numpy(r.diff_image if r.compare == "forward" else r.image), "edges": edge_mask(r)}
 
 
 def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, height: int,
