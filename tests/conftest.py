@@ -35,6 +35,33 @@ def backend_worker(arch: str) -> BackendWorker:
     return _workers[arch]
 
 
+def fresh_worker(arch: str) -> BackendWorker:
+    """A worker for `arch` of the current test module's own: started on first use, closed after the module.
+
+    Taichi reads its offline cache's index once per process, at the first kernel it looks up, and never
+    again: the session's workers (`backend_worker`), busy since the first tests, compile every kernel that
+    other processes have put into the cache since (the ray-march kernel on lavapipe: most of a minute). A
+    fresh worker finds them. Its first fields are its module's first, too: kernels that take fields are
+    cached by their SNode ids, so they load only in a process that allocated the same fields first (the
+    differentiable renderer's, as `invert` and the app's workers do)."""
+    backend_worker(arch)  # skips (or fails in CI) as the suite does when the arch is missing
+    worker = _fresh_workers.get(arch)
+    if worker is None or not worker.alive:
+        worker = _fresh_workers[arch] = BackendWorker(arch)
+    return worker
+
+
+_fresh_workers: dict[str, BackendWorker] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_fresh_workers():
+    yield
+    for worker in _fresh_workers.values():
+        worker.close()
+    _fresh_workers.clear()
+
+
 CUDA = pytest.param("cuda", marks=pytest.mark.cuda)  # an arch parameter: runs with `-m cuda`, skips without a GPU
 OTHER_ARCHS = ["vulkan", CUDA]  # the backends a test in the cpu process compares itself against
 

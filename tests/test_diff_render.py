@@ -11,11 +11,9 @@ import pytest
 
 from engine.autodiff.custom import adjoint_of, custom_adjoint, custom_adjoints
 from engine.autodiff.gradcheck import finite_difference_gradient
-from engine.worker import BackendWorker
-from tests.conftest import OTHER_ARCHS, backend_worker
+from tests.conftest import OTHER_ARCHS, backend_worker, fresh_worker
 
 ARCHS = ["cpu", *OTHER_ARCHS]
-_render_workers: dict[str, BackendWorker] = {}
 
 
 def _call(arch: str, name: str, **inputs) -> dict:
@@ -29,22 +27,11 @@ def _call(arch: str, name: str, **inputs) -> dict:
 
 
 def _render_call(arch: str, name: str, **inputs) -> dict:
-    """Run a computation of the differentiable renderer in a worker of its own on `arch`.
+    """Run a computation of the differentiable renderer in this module's own worker on `arch` (`fresh_worker`).
 
     Its fields are that process's first: Taichi keys its offline cache by SNode ids, so only
     then do the renderer's kernels (minutes to compile) load from the cache of an earlier run."""
-    if arch not in _render_workers:
-        backend_worker(arch)  # skips (or fails in CI) as the suite does when the arch is missing
-        _render_workers[arch] = BackendWorker(arch)
-    return _render_workers[arch].call(name, timeout_s=1800.0, **inputs)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_render_workers():
-    yield
-    for worker in _render_workers.values():
-        worker.close()
-    _render_workers.clear()
+    return fresh_worker(arch).call(name, timeout_s=1800.0, **inputs)
 
 
 # ---- the pairing --------------------------------------------------------------------------------

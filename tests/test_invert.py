@@ -3,6 +3,7 @@ perturbations and parameter flags."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -101,15 +102,21 @@ def test_parameter_flags_parse_in_display_units():
         scene_theta.parse_perturb("joints=-1")
 
 
-# Here rather than in test_batch.py: this file's runs have compiled the renderer at 64x32 by now (pytest runs
-# test_batch.py first), so the batch costs Ray's start and cached kernels, not a cold compile of minutes.
+# Here rather than in test_batch.py: by now the renderer's cpu kernels are in Taichi's offline cache (pytest runs
+# test_batch.py first; tests/test_diff_render.py's worker and this file's runs compiled them). Taichi's cache key
+# holds the CPU thread cap (TI_CPU_MAX_NUM_THREADS, which a batch task sets to its --cpus-per-task) besides the
+# fields' SNode ids: 1-thread tasks compiled every kernel of the renderer again, cold, one copy in each of the two
+# workers side by side (135 s of a cold suite). Tasks with Taichi's default thread count (this machine's CPUs, what
+# a single run uses) load them instead; `--cpus` twice that keeps two jobs running at once.
 def test_batch_invert_rows_and_files_equal_single_inversions(tmp_path):
     """Two seeds through Ray, each job's invert.json equal to a single `python -m app invert` (wall time aside)."""
     needs_ray()
     tag = secrets.token_hex(4)
     flags = ["--iters", "3", "--width", "64", "--height", "32", "--arch", "cpu"]
     out = tmp_path / "batch"
-    result = run_batch(["invert", "--grid", "seed=1..2", *flags, "--cpus", "2", "--out", str(out)], tag)
+    threads = os.cpu_count() or 1  # Taichi's default cpu_max_num_threads
+    result = run_batch(["invert", "--grid", "seed=1..2", *flags, "--cpus-per-task", str(threads), "--cpus",
+                        str(2 * threads), "--out", str(out)], tag)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = rows_of(out)
     assert sorted(rows) == ["seed1", "seed2"] and all(row["status"] == "ok" for row in rows.values())
