@@ -7,6 +7,9 @@ arch talk to a `BackendWorker`. Without a GPU, CUDA tests skip and say why. In C
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +17,7 @@ from engine import backend
 from engine.worker import BackendWorker, WorkerError
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+ROOT = Path(__file__).resolve().parents[1]
 _workers: dict[str, BackendWorker] = {}
 
 
@@ -78,6 +82,34 @@ def ti_cpu() -> backend.Backend:
     return backend.init("cpu")
 
 
+# Modules whose processes put the shared differentiable renderer's fields first and load its kernels from the cache.
+RENDERER_MODULES = {"test_diff_render.py", "test_drjit_port.py", "test_examples.py", "test_gui.py", "test_invert.py"}
+_warming: dict[str, subprocess.Popen] = {}
+
+
+def pytest_collection_finish(session) -> None:
+    """When tests that use the differentiable renderer are selected, compile it on cpu and vulkan in the background
+    (`tests.warm_renderer`, niced: it takes the core the first tests leave idle)."""
+    if not any(item.path.name in RENDERER_MODULES for item in session.items):
+        return
+    for arch in ("cpu", "vulkan"):
+        _warming[arch] = subprocess.Popen([sys.executable, "-m", "tests.warm_renderer", arch], cwd=ROOT,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          preexec_fn=lambda: os.nice(10))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _renderer_compiled_first(request):
+    """In the modules that use the renderer, wait for its background compile first (it is written to the cache
+    when it ends), so that their processes load the kernels instead of compiling them a second time."""
+    if request.path.name in RENDERER_MODULES:
+        for arch in list(_warming):
+            _warming.pop(arch).wait()
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
+    for process in _warming.values():  # a run that ended early (-x, Ctrl-C) before the compile did
+        process.kill()
+        process.wait()
     for worker in _workers.values():
         worker.close()
