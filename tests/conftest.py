@@ -89,13 +89,14 @@ _warming: dict[str, subprocess.Popen] = {}
 
 def pytest_collection_finish(session) -> None:
     """When tests that use the differentiable renderer are selected, compile it on cpu and vulkan in the background
-    (`tests.warm_renderer`, niced: it takes the core the first tests leave idle)."""
+    (`tests.warm_renderer`, at the lowest priority, below Ray's workers (nice 15): it takes the core the first tests
+    leave idle)."""
     if not any(item.path.name in RENDERER_MODULES for item in session.items):
         return
     for arch in ("cpu", "vulkan"):
         _warming[arch] = subprocess.Popen([sys.executable, "-m", "tests.warm_renderer", arch], cwd=ROOT,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          preexec_fn=lambda: os.nice(10))
+                                          preexec_fn=lambda: os.nice(19))
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -32,13 +32,13 @@ from tests.conftest import IN_CI
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ["--grid", "lr=0.02,0.05", "--subdiv", "1", "--iters", "4", "--samples", "256", "--arch", "cpu"]
-# Tasks run with Taichi's default CPU thread count (the machine's CPUs, as the single runs they are compared with):
+# The render batch's tasks run with Taichi's default CPU thread count (the machine's CPUs, as the single render):
 # Taichi's offline-cache key holds the thread cap (TI_CPU_MAX_NUM_THREADS, which a task sets to its --cpus-per-task)
-# besides the fields' SNode ids, so 1-thread tasks compiled every kernel again, cold, in each worker side by side,
-# where these load what the single runs compiled. Twice as many Ray CPUs keep two tasks running at once.
+# besides the fields' SNode ids, so 1-thread tasks compiled the render kernel again, cold, in each worker side by
+# side. Twice as many Ray CPUs keep two tasks running at once. (The fit batches keep 1-thread tasks: their kernels
+# compile in seconds, and with 2-thread tasks two at a time on two cores they ran slower in a loaded suite run.)
 TASK_THREADS = os.cpu_count() or 1
-TASKS = ["--cpus-per-task", str(TASK_THREADS)]
-EMBEDDED = [*TASKS, "--cpus", str(2 * TASK_THREADS)]  # an embedded Ray's CPUs
+EMBEDDED_DEFAULT_THREADS = ["--cpus-per-task", str(TASK_THREADS), "--cpus", str(2 * TASK_THREADS)]
 FIT_FILES = {"fit.json", "final.obj", "loss.png", "loss.svg"}
 TIMEOUT = 420  # seconds for one batch command on a loaded 2-core machine
 
@@ -261,7 +261,7 @@ def assert_the_batch_of_six(out: Path, targets: Path, singles: dict[str, Path], 
 def test_embedded_batch_rows_outputs_and_resume(targets, singles, tmp_path):
     needs_ray()
     out, tag = tmp_path / "out", secrets.token_hex(4)
-    args = ["fit", "--targets", str(targets), *SETTINGS, *EMBEDDED, "--out", str(out), "--report"]
+    args = ["fit", "--targets", str(targets), *SETTINGS, "--cpus", "2", "--out", str(out), "--report"]
     first = run_batch(args, tag)
     rows = assert_the_batch_of_six(out, targets, singles, first)
     assert "best for" in first.stdout and (out / "report.png").read_bytes().startswith(b"\x89PNG")
@@ -298,7 +298,7 @@ def _kill_one_running_job(tag: str, deadline_s: float) -> tuple[int, str] | None
 def test_a_killed_worker_is_retried_and_the_batch_completes(targets, singles, tmp_path):
     needs_ray()
     out, tag = tmp_path / "out", secrets.token_hex(4)
-    args = ["fit", "--targets", str(targets / "egg.obj"), str(targets / "ring.obj"), *SETTINGS, *EMBEDDED,
+    args = ["fit", "--targets", str(targets / "egg.obj"), str(targets / "ring.obj"), *SETTINGS, "--cpus", "2",
             "--out", str(out)]
     batch = subprocess.Popen([sys.executable, "-m", "app", "batch", *args], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=batch_env(tag))
@@ -322,7 +322,7 @@ def test_ctrl_c_keeps_finished_jobs_and_marks_the_rest(targets, tmp_path):
     needs_ray()
     out, tag = tmp_path / "out", secrets.token_hex(4)
     args = ["fit", "--targets", str(targets / "egg.obj"), str(targets / "ring.obj"), "--grid", "seed=0..5", "--subdiv",
-            "1", "--iters", "4", "--samples", "256", "--arch", "cpu", *EMBEDDED, "--out", str(out)]
+            "1", "--iters", "4", "--samples", "256", "--arch", "cpu", "--cpus", "2", "--out", str(out)]
     batch = subprocess.Popen([sys.executable, "-m", "app", "batch", *args], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=batch_env(tag), start_new_session=True)
     try:
@@ -356,7 +356,7 @@ def test_batch_render_frames_equal_single_renders(tmp_path):
                             capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=batch_env(tag))
     assert single.returncode == 0, single.stderr
     result = run_batch(["render", "--t", "0:1:3", "--orbit", "--width", "48", "--height", "24", "--frames-per-task", "2",
-                        "--arch", "cpu", *EMBEDDED, "--out", str(out)], tag)
+                        "--arch", "cpu", *EMBEDDED_DEFAULT_THREADS, "--out", str(out)], tag)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (out / "frames").iterdir()) == ["frame_0000.png", "frame_0001.png", "frame_0002.png"]
     assert [row["frames"] for row in rows_of(out).values()] == [2, 1]
@@ -404,7 +404,7 @@ def test_two_node_cluster_on_loopback(targets, singles, tmp_path):
     tag, port = secrets.token_hex(4), _free_port("127.0.0.2")
     env = batch_env(tag, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_USAGE_STATS_ENABLED="0")
     temp = tempfile.mkdtemp(prefix="shannon-rt-")  # short: Ray's socket paths must fit 107 bytes
-    common = ["--block", f"--num-cpus={TASK_THREADS}", "--disable-usage-stats", f"--temp-dir={temp}"]
+    common = ["--block", "--num-cpus=1", "--disable-usage-stats", f"--temp-dir={temp}"]
     nodes = []
     try:
         for name, flags in (("head", ["--head", "--node-ip-address=127.0.0.2", f"--port={port}", "--include-dashboard=false"]),
@@ -414,7 +414,7 @@ def test_two_node_cluster_on_loopback(targets, singles, tmp_path):
                                           stderr=subprocess.STDOUT, env=env, start_new_session=True))
             _wait_for_line(log, "Ray runtime started", nodes[-1], 120)
         out = tmp_path / "out"
-        result = subprocess.run([sys.executable, "-m", "app", "batch", "fit", "--targets", str(targets), *SETTINGS, *TASKS,
+        result = subprocess.run([sys.executable, "-m", "app", "batch", "fit", "--targets", str(targets), *SETTINGS,
                                  "--address", f"127.0.0.2:{port}", "--connect-timeout", "60", "--out", str(out)],
                                 capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
         rows = assert_the_batch_of_six(out, targets, singles, result)

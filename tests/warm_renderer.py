@@ -2,7 +2,7 @@
 
     python -m tests.warm_renderer vulkan
 
-tests/conftest.py starts one per backend, niced, in the background as the suite starts, when
+tests/conftest.py starts one per backend, at nice 19, in the background as the suite starts, when
 tests that use the renderer are selected: a cold compile takes a minute or two per backend,
 almost all of it on one core, and the suite's first tests leave the other core mostly idle.
 Every later process whose first fields are the shared renderer's (the render tests' workers,
