@@ -16,13 +16,14 @@ Kernels: `engine.kernels.raymarch_grad` (hold, sdf_samples, shade_slots, compose
 docstring explains the method), `.kinematics`, `.softmin`, `.image_loss`, `.reduce`.
 One evaluation on the tape:
 
-1. custom step "render: march and hold (untaped)": `hold`, the SDF at the held points
-   (`sdf_samples`) and its spatial gradients there (their adjoint, untaped, reading a
-   gradient-free copy of theta, so that it computes no kinematics adjoint and no theta rows);
-   no adjoint of its own: the march is not differentiated, what it holds is re-evaluated below;
-2. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums);
-3. custom step "render: SDF at the held points": the values of 1. at these rows, with the
-   samples' adjoint (Taichi's `sdf_samples.grad`) as its backward; 4. `shade_slots` (Taichi's
+1. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums);
+2. custom step "render: march and hold (untaped)": the kinematics once (`kinematics`), `hold`
+   (which also evaluates the SDF at the held points), and the samples' adjoint with unit seeds
+   (Taichi's `sdf_samples.grad` at the rows of 1.): the spatial gradients at the held points and
+   each slot's d(sample)/d theta (`keep_jacobian`); no adjoint of its own: the march is not
+   differentiated, what it holds is re-evaluated below;
+3. custom step "render: SDF at the held points": the values of 2., with `samples_adjoint` (the
+   kept Jacobians times the samples' adjoints) as its backward; 4. `shade_slots` (Taichi's
    adjoint: hits by a Newton step, edges and shadows by the envelope theorem);
 5. `soft_min_layers` (declared adjoint); 6. `compose`; with `set_compare("forward")` (a PNG the
    forward renderer wrote) then the custom step "render: the forward renderer's image (untaped)"

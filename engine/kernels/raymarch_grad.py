@@ -15,12 +15,14 @@ Scene), in kernels of which only one evaluates the SDF under the tape:
    the sky or against a surface behind (hit-to-hit silhouettes). For each active slot it
    holds N_SAMPLES sample points: the shaded point p0, the four normal taps around it,
    and the shadow ray's closest approach to an occluder q (golden-section refined), plus
-   the material, the ambient occlusion and the shadow ray's parameter.
+   the material, the ambient occlusion, the shadow ray's parameter and the scene distance
+   at every sample (evaluated where the march needs it anyway).
 2. `sdf_samples` (launched once per sample index j) evaluates the scene SDF at the held
-   points as a function of theta: the one differentiated SDF call site. Run untaped, its
-   values serve the taped pass too, and its adjoint with unit seeds gives the exact spatial
-   gradient at every held point (`hold_gradients`); on the tape it is a custom step whose
-   backward is that adjoint (Taichi's), seeded by shade_slots'.
+   points as a function of theta: the one differentiated SDF call site. Its adjoint, run
+   untaped with unit seeds, gives both the exact spatial gradient at every held point
+   (`hold_gradients`) and each slot's d(sample)/d theta (`keep_jacobian`); on the tape
+   the samples are a custom step whose backward contracts those Jacobians with the
+   samples' adjoints (`samples_adjoint`): one SDF adjoint per sample and iteration, not two.
 3. `shade_slots` (taped, no SDF) moves the held points with theta to first order, using
    those held spatial gradients: the hit by one Newton step t' = t - f(p0) / (grad f . d)
    (value t, derivative -(df/dtheta) / (grad f . d): implicit differentiation), the taps
