@@ -12,13 +12,22 @@ refit_leaves, refit_level: docs/RESULTS.md, issue 12).
 
 `install()` wraps it in a memo keyed on everything the message is made of (file, function
 name, line offsets, indent, the node's kind and span, and the source lines themselves), so the
-message is the same string Taichi would build, built once. Idempotent; `engine.backend.init`
-calls it. tests/test_taichi_internals.py checks the messages stay identical.
+message is the same string Taichi would build, built once. It memoises the two other repeated
+costs of an inlined function the same way: its source lines (`inspect` tokenizes the file from
+the function on, at every call site) and their whitespace fill. And it answers Taichi's "is this
+`@ti.kernel` inside a class?" at once for a kernel defined at a module's top level: Taichi asks
+`inspect.getframeinfo` for the importer's frame (`<frozen importlib...>`), which scans every
+loaded module before it fails (~2 ms per kernel once matplotlib is loaded, ~170 kernels here).
+
+Idempotent; `engine.kernels` and `engine.autodiff` call it before they define any kernel, and
+`engine.backend.init` before Taichi starts. tests/test_kernel_source_info.py checks that the
+messages, sources and answers stay exactly Taichi's own.
 """
 from __future__ import annotations
 
 import ast
 import functools
+import sys
 import textwrap
 import types
 
@@ -54,6 +63,14 @@ def install() -> None:
     ast_transformer_utils.ASTTransformerContext.get_pos_info = _memoised_get_pos_info
     kernel_impl.getsourcelines = _memoised_getsourcelines
     kernel_impl.textwrap = _TEXTWRAP
+    kernel_impl._inside_class = _inside_class
+
+
+def _inside_class(level_of_class_stackframe: int) -> bool:
+    # the frame Taichi's own function would look at (this one stands in its place on the stack)
+    if sys._getframe(level_of_class_stackframe).f_code.co_filename.startswith("<frozen "):
+        return False  # Taichi's answer there too: that frame's code line is the importer's, never a class line
+    return _taichi_inside_class(level_of_class_stackframe + 1)  # called from here: one frame deeper
 
 
 @functools.lru_cache(maxsize=None)
@@ -68,5 +85,6 @@ def _memoised_getsourcelines(func) -> tuple[list[str], int]:
 
 
 _getsourcelines = kernel_impl.getsourcelines
+_taichi_inside_class = kernel_impl._inside_class
 # what kernel_impl uses of textwrap: `fill` re-wraps every source line of a function at each inlining
 _TEXTWRAP = types.SimpleNamespace(fill=functools.lru_cache(maxsize=None)(textwrap.fill), dedent=textwrap.dedent)

@@ -55,3 +55,21 @@ def test_installed_by_backend_init_and_kernels_still_run(ti_cpu):
     _probe(out)
     # i = 0: nothing; i = 1: k = 0 adds 6; i = 2: k = 0, 1 add 6 + 12 = 18, then down to 10; i = 3: 36 -> 10
     assert out.to_numpy().tolist() == [0.0, 6.0, 10.0, 10.0]
+
+
+def test_class_or_not_is_taichis_own_answer(tmp_path, monkeypatch):
+    """Every kernel a module defines gets the same "inside a class?" answer as Taichi's own gives."""
+    answers = []
+
+    def both(level):
+        answers.append((kernel_source_info._inside_class(level + 1), kernel_source_info._taichi_inside_class(level + 1)))
+        return answers[-1][1]
+
+    monkeypatch.setattr(kernel_impl, "_inside_class", both)
+    (tmp_path / "kernels_to_import.py").write_text(
+        "import taichi as ti\n\n@ti.kernel\ndef top(x: ti.template()):\n    x[None] += 1\n\n\n"
+        "@ti.data_oriented\nclass Owner:\n    @ti.kernel\n    def method(self, x: ti.template()):\n        x[None] += 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import kernels_to_import  # noqa: F401
+
+    assert answers == [(False, False), (True, True)]
