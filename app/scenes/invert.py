@@ -37,13 +37,13 @@ from pathlib import Path
 import numpy as np
 
 from engine import scene_theta
+from engine.diff_render import COMPARE_KINDS
 from engine.errors import UserError
 from engine.render import Camera
 
 MAX_WIDTH, MAX_HEIGHT = 512, 256  # the shared differentiable renderer's size: one compile serves every view up to it
 DEFAULT_PERTURB = "joints=20,gripper=0.03,letter=0.2,letter_angles=10"
 DEFAULT_T = 0.1  # the arm stands clear of the tiles against the floor; the fallen tile lies on the table
-COMPARE = ("forward", "diff")
 OUTPUTS = ("invert.json", "loss.png", "loss.svg", "progress.gif", "frames/iter_*.png")
 
 
@@ -218,7 +218,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr})")
     p.add_argument("--loss", choices=("l2", "l1"), default=d.loss, help="image loss (default l2)")
     p.add_argument("--levels", type=int, default=d.levels, help=f"image pyramid levels 1..4 (default {d.levels})")
-    p.add_argument("--compare", choices=("auto", *COMPARE), default="auto",
+    p.add_argument("--compare", choices=("auto", *COMPARE_KINDS), default="auto",
                    help="the image compared with the target: the forward renderer's (forward: what `render` writes, "
                         "so a PNG of it is matched exactly at the true pose) or the differentiable render's own "
                         "(diff); the gradient is the differentiable render's either way (default auto: forward for "
