@@ -104,20 +104,17 @@ def _lanes(packet, row: ti.template()):
 
 
 @ti.func
-def _lanes_at(packets: ti.template(), index, row):
-    """`_lanes` of packets[index] at a run-time row, read from the array."""
-    return ti.Vector([packets[index][4 * row + lane] for lane in ti.static(range(4))])
-
-
-@ti.func
-def _packet_bounds(ax, ay, az, bx, by, bz, cx, cy, cz):
+def _packet_bounds(corners):
     """The disc bounds of a packet's four triangles (BOUND_PACKET floats, lane by lane: the plane
     normal n, the centroid m, the radius of the corners about m (which bounds the lateral one),
     and the slack), and their unnormalised normals (three 4-vectors, x, y, z). Written on the
     packet's rows, so that each operation covers the four lanes (LLVM computes them in vectors).
     The corners' distance T from the computed plane (rounding, or the inaccurate normal of a
     sliver) goes into the slack: 2|h|T <= SLACK h^2 + T^2 / SLACK. NaN corners (an empty slot)
-    give NaN: never near. Takes the packet's nine rows (`_lanes`: a.x, a.y, ..., c.z)."""
+    give NaN: never near."""
+    ax, ay, az = _lanes(corners, 0), _lanes(corners, 1), _lanes(corners, 2)
+    bx, by, bz = _lanes(corners, 3), _lanes(corners, 4), _lanes(corners, 5)
+    cx, cy, cz = _lanes(corners, 6), _lanes(corners, 7), _lanes(corners, 8)
     e1x, e1y, e1z, e2x, e2y, e2z = bx - ax, by - ay, bz - az, cx - ax, cy - ay, cz - az
     nx, ny, nz = e1y * e2z - e1z * e2y, e1z * e2x - e1x * e2z, e1x * e2y - e1y * e2x
     length = ti.sqrt(nx * nx + ny * ny + nz * nz)
@@ -133,8 +130,10 @@ def _packet_bounds(ax, ay, az, bx, by, bz, cx, cy, cz):
     thickness = _max(_max(ti.abs(ux * wax + uy * way + uz * waz), ti.abs(ux * wbx + uy * wby + uz * wbz)),
                      ti.abs(ux * wcx + uy * wcy + uz * wcz))
     slack = SLACK * radius * radius + thickness * thickness * (1.0 / SLACK)
-    bounds = ti.Vector([row[lane] for row in ti.static((ux, uy, uz, mx, my, mz, radius, slack))
-                        for lane in ti.static(range(4))], dt=ti.f32)  # lane by lane: 4 row + lane
+    bounds = ti.Vector([0.0] * BOUND_PACKET, dt=ti.f32)
+    for lane in ti.static(range(4)):
+        for row, values in ti.static(enumerate((ux, uy, uz, mx, my, mz, radius, slack))):
+            bounds[4 * row + lane] = values[lane]
     return bounds, nx, ny, nz
 
 
@@ -256,38 +255,40 @@ def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
         sum_x = ti.Vector([0.0] * 4, dt=ti.f32)
         lo_y, lo_z, hi_y, hi_z, sum_y, sum_z = lo_x, lo_x, hi_x, hi_x, sum_x, sum_x
         for packet in range(width // 4):
-            index = first + packet
-            for lane, corner in ti.ndrange(4, 3):  # branch-free: an empty slot reads the leaf's last face, then NaN
-                slot = 4 * packet + lane
-                x = vertices[tree_faces[start + ti.min(slot, count - 1)][corner]]
-                for e in ti.static(range(3)):
-                    corner_packets[index][4 * (3 * corner + e) + lane] = ti.select(slot < count, x[e], _NAN)
-            corners = corner_packets[index]
-            ax, ay, az = _lanes(corners, 0), _lanes(corners, 1), _lanes(corners, 2)
-            bx, by, bz = _lanes(corners, 3), _lanes(corners, 4), _lanes(corners, 5)
-            cx, cy, cz = _lanes(corners, 6), _lanes(corners, 7), _lanes(corners, 8)
-            bounds, nx, ny, nz = _packet_bounds(ax, ay, az, bx, by, bz, cx, cy, cz)
-            bound_packets[index] = bounds
+            corners = ti.Vector([0.0] * CORNER_PACKET, dt=ti.f32)
+            for lane in ti.static(range(4)):  # branch-free: an empty slot reads the leaf's last face, then NaN
+                valid = 4 * packet + lane < count
+                f = tree_faces[start + ti.min(4 * packet + lane, count - 1)]
+                for corner in ti.static(range(3)):
+                    x = vertices[f[corner]]
+                    for e in ti.static(range(3)):
+                        corners[4 * (3 * corner + e) + lane] = ti.select(valid, x[e], _NAN)
+            corner_packets[first + packet] = corners
+            bounds, nx, ny, nz = _packet_bounds(corners)
+            bound_packets[first + packet] = bounds
             valid = ti.Vector([4 * packet, 4 * packet + 1, 4 * packet + 2, 4 * packet + 3]) < count
             sum_x, sum_y, sum_z = sum_x + ti.select(valid, nx, 0.0), sum_y + ti.select(valid, ny, 0.0), \
                 sum_z + ti.select(valid, nz, 0.0)
             # each corner's row first: NaN lanes (empty slots) change nothing
-            lo_x, lo_y, lo_z = _min(_min(_min(ax, bx), cx), lo_x), _min(_min(_min(ay, by), cy), lo_y), \
-                _min(_min(_min(az, bz), cz), lo_z)
-            hi_x, hi_y, hi_z = _max(_max(_max(ax, bx), cx), hi_x), _max(_max(_max(ay, by), cy), hi_y), \
-                _max(_max(_max(az, bz), cz), hi_z)
+            lo_x = _min(_min(_min(_lanes(corners, 0), _lanes(corners, 3)), _lanes(corners, 6)), lo_x)
+            lo_y = _min(_min(_min(_lanes(corners, 1), _lanes(corners, 4)), _lanes(corners, 7)), lo_y)
+            lo_z = _min(_min(_min(_lanes(corners, 2), _lanes(corners, 5)), _lanes(corners, 8)), lo_z)
+            hi_x = _max(_max(_max(_lanes(corners, 0), _lanes(corners, 3)), _lanes(corners, 6)), hi_x)
+            hi_y = _max(_max(_max(_lanes(corners, 1), _lanes(corners, 4)), _lanes(corners, 7)), hi_y)
+            hi_z = _max(_max(_max(_lanes(corners, 2), _lanes(corners, 5)), _lanes(corners, 8)), hi_z)
         box_lo = ti.Vector([_lanes_min(lo_x), _lanes_min(lo_y), _lanes_min(lo_z)])
         box_hi = ti.Vector([_lanes_max(hi_x), _lanes_max(hi_y), _lanes_max(hi_z)])
         axis = _unit(ti.Vector([sum_x.sum(), sum_y.sum(), sum_z.sum()]))  # the area-weighted normal: the mean plane
         centre = (box_lo + box_hi) * 0.5
         radius2 = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
         thickness = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
-        for packet, corner in ti.ndrange(width // 4, 3):  # per lane; the 3D distance bounds the lateral one
-            wx = _lanes_at(corner_packets, first + packet, 3 * corner) - centre[0]
-            wy = _lanes_at(corner_packets, first + packet, 3 * corner + 1) - centre[1]
-            wz = _lanes_at(corner_packets, first + packet, 3 * corner + 2) - centre[2]
-            radius2 = _max(wx * wx + wy * wy + wz * wz, radius2)
-            thickness = _max(ti.abs(axis[0] * wx + axis[1] * wy + axis[2] * wz), thickness)
+        for packet in range(width // 4):
+            corners = corner_packets[first + packet]
+            for lane in ti.static(range(4)):
+                for x in ti.static(_slot_corners(corners, lane)):
+                    w = x - centre
+                    radius2[lane] = _max(w.dot(w), radius2[lane])  # the 3D distance bounds the lateral one
+                    thickness[lane] = _max(ti.abs(axis.dot(w)), thickness[lane])
         node_bound[first_leaf + k] = _bound_vector(box_lo, box_hi, axis, centre, ti.sqrt(_lanes_max(radius2)),
                                                    _lanes_max(thickness))
 
