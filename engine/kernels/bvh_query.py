@@ -169,32 +169,23 @@ def _lane(record, lane):
 
 
 @ti.func
-def _unpack(bound):
-    """A bound vector's parts: (lo, hi, axis, centre, radius, thickness), as `_bound_vector` packs them."""
-    return (ti.Vector([bound[0], bound[1], bound[2]]), ti.Vector([bound[3], bound[4], bound[5]]),
-            ti.Vector([bound[6], bound[7], bound[8]]), ti.Vector([bound[9], bound[10], bound[11]]), bound[12],
-            bound[13])
-
-
-@ti.func
-def _node_bound(node_bound: ti.template(), c):
-    """An inner node's bound from its four children's, node_bound[c .. c + 3]: the union box, and a
-    slab-cylinder around the children's mean axis that holds each child's cylinder and box (the
-    smaller of the two extents per child, both conservative). Loops over the children stay loops
-    (not unrolled in Python): LLVM unrolls them, and the kernel's AST stays small to load."""
+def _node_bound(record):
+    """An inner node's bound from its record (its four children's): the union box, and a
+    slab-cylinder around the children's mean axis that holds each child's cylinder and box
+    (the smaller of the two extents per child, both conservative)."""
     lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
     hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
     axis = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
-    for lane in range(4):
-        l_lo, l_hi, l_axis, _, l_radius, _ = _unpack(node_bound[c + lane])
+    for lane in ti.static(range(4)):
+        l_lo, l_hi, l_axis, _, l_radius, _ = _lane(record, lane)
         lo, hi = _min(lo, l_lo), _max(hi, l_hi)
         axis += l_axis * (l_radius * l_radius)  # children's axes weighted by their (area-like) R^2
     axis = _unit(axis)
     centre = (lo + hi) * 0.5
     radius = 0.0
     thickness = 0.0
-    for lane in range(4):
-        l_lo, l_hi, l_axis, l_centre, l_radius, l_thickness = _unpack(node_bound[c + lane])
+    for lane in ti.static(range(4)):
+        l_lo, l_hi, l_axis, l_centre, l_radius, l_thickness = _lane(record, lane)
         if l_lo[0] <= l_hi[0]:  # empty children add nothing
             w = l_centre - centre
             h = axis.dot(w)
@@ -215,6 +206,16 @@ def _node_bound(node_bound: ti.template(), c):
     if lo[0] > hi[0]:
         centre = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
     return _bound_vector(lo, hi, axis, centre, radius, thickness)
+
+
+@ti.func
+def _record(bounds):
+    """A node record from its four children's bounds (BOUND_WIDTH floats each), lane by lane."""
+    record = ti.Vector([0.0] * NODE_WIDTH, dt=ti.f32)
+    for lane in ti.static(range(4)):
+        for k in ti.static(range(BOUND_WIDTH)):
+            record[4 * k + lane] = bounds[lane][k]
+    return record
 
 
 @ti.kernel
@@ -304,9 +305,9 @@ def refit_level(nodes: ti.types.ndarray(), node_bound: ti.types.ndarray(), begin
     for j in range(end - begin):
         i = end - 1 - j
         c = 4 * i + 1
-        for lane, k in ti.ndrange(4, BOUND_WIDTH):  # the record: the children's bounds, lane by lane
-            nodes[i][4 * k + lane] = node_bound[c + lane][k]
-        node_bound[i] = _node_bound(node_bound, c)
+        record = _record((node_bound[c], node_bound[c + 1], node_bound[c + 2], node_bound[c + 3]))
+        nodes[i] = record
+        node_bound[i] = _node_bound(record)
 
 
 @ti.kernel
