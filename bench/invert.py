@@ -388,14 +388,16 @@ def _status_bytes(key: str) -> int:
 
 
 def _field_bytes(renderer) -> int:
-    """Bytes of the renderer's Taichi fields, gradients included."""
+    """Bytes of the renderer's Taichi fields, gradients included (those allocated: `tape.grad_of`)."""
+    from engine.autodiff.tape import grad_of
+
     total = 0
     for value in vars(renderer).values():
         for f in value if isinstance(value, list) else [value]:
             if hasattr(f, "snode") and hasattr(f, "dtype"):
                 n = int(np.prod(f.shape)) * int(getattr(f, "n", 1) or 1) * int(getattr(f, "m", 1) or 1)
                 size = n * (8 if "64" in str(f.dtype) else 4)
-                total += size * (2 if getattr(f, "grad", None) is not None else 1)
+                total += size * (2 if grad_of(f) is not None else 1)
     return total
 
 

@@ -140,6 +140,9 @@ def clear_stale_cache_locks(cache_dir: str | Path, now: float | None = None) -> 
 def _start(name: str, kernel_profiler: bool) -> None:
     import taichi as ti
 
+    from engine import kernel_source_info
+
+    kernel_source_info.install()  # halves every kernel's load from the offline cache (its docstring)
     arch = {"cuda": ti.cuda, "vulkan": ti.vulkan, "cpu": ti.cpu}[name]
     cache_dir = os.environ.get("TI_OFFLINE_CACHE_FILE_PATH") or ti.lang.impl.default_cfg().offline_cache_file_path
     for lock in clear_stale_cache_locks(cache_dir):  # the environment overrides the default, as in ti.init

@@ -16,13 +16,14 @@ Kernels: `engine.kernels.raymarch_grad` (hold, sdf_samples, shade_slots, compose
 docstring explains the method), `.kinematics`, `.softmin`, `.image_loss`, `.reduce`.
 One evaluation on the tape:
 
-1. custom step "render: march and hold (untaped)": `hold`, the SDF at the held points
-   (`sdf_samples`) and its spatial gradients there (their adjoint, untaped, reading a
-   gradient-free copy of theta, so that it computes no kinematics adjoint and no theta rows);
-   no adjoint of its own: the march is not differentiated, what it holds is re-evaluated below;
-2. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums);
-3. custom step "render: SDF at the held points": the values of 1. at these rows, with the
-   samples' adjoint (Taichi's `sdf_samples.grad`) as its backward; 4. `shade_slots` (Taichi's
+1. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums);
+2. custom step "render: march and hold (untaped)": the kinematics once (`kinematics`), `hold`
+   (which also evaluates the SDF at the held points), and the samples' adjoint with unit seeds
+   (Taichi's `sdf_samples.grad` at the rows of 1.): the spatial gradients at the held points and
+   each slot's d(sample)/d theta (`keep_jacobian`); no adjoint of its own: the march is not
+   differentiated, what it holds is re-evaluated below;
+3. custom step "render: SDF at the held points": the values of 2., with `samples_adjoint` (the
+   kept Jacobians times the samples' adjoints) as its backward; 4. `shade_slots` (Taichi's
    adjoint: hits by a Newton step, edges and shadows by the envelope theorem);
 5. `soft_min_layers` (declared adjoint); 6. `compose`; with `set_compare("forward")` (a PNG the
    forward renderer wrote) then the custom step "render: the forward renderer's image (untaped)"
@@ -53,7 +54,7 @@ from engine.kernels import reduce as red
 from engine.kernels.kinematics import N_THETA, kinematics
 from engine.kernels.softmin import soft_min_layers
 from engine.kernels.straight_through import substitute_image
-from engine.launch import custom, dispatch, launch
+from engine.launch import custom, dispatch, launch, recording
 from engine.render import Camera, camera_params, check_size
 
 MAX_LEVELS = 4  # pyramid levels allocated (level l is 2^l times coarser)
@@ -118,6 +119,11 @@ class DiffRenderer:
         self.groups.append(g)
         self.diff_image = g.vector(3, ti.f32, (max_px,), needs_grad=True)
         self.forward_prm = g.field(ti.f32, (rk.N_PARAMS,))
+        # d(sample)/d theta per slot, kept by the hold for the backward (`rg.keep_jacobian`); last, for the same reason
+        g = FieldGroup()
+        self.groups.append(g)
+        self.jacobian = g.field(ti.f32, (max_slots, rg.N_SAMPLES, rg.N_GEO))
+        self.scene = g.field(ti.f32, (rk.N_PARAMS,))  # theta's kinematics, packed (`raymarch.load_scene`), for the hold
         for g in self.groups:
             g.finalize()
         self.image = self.images[0]
@@ -212,13 +218,15 @@ class DiffRenderer:
         if not self.width:
             raise RuntimeError("DiffRenderer: set_view first")
         n_px, n_slots = self.n_px, rg.N_LAYERS * self.n_px
-        custom("render: march and hold (untaped)", self._hold, _no_adjoint, reads=[self.theta],
-               writes=[self.theta_fixed, self.active, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
-                       self.held_grad])
         launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial,
                name="render: theta per slot")
+        taped = recording()  # (read here: a custom step's forward runs with the tape paused)
+        custom("render: march and hold (untaped)", lambda: self._hold(taped), _no_adjoint,
+               reads=[self.theta, self.theta_slots],
+               writes=[self.theta_fixed, self.active, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
+                       self.held_grad, self.jacobian, self.scene])
         custom("render: SDF at the held points", _already_evaluated, self._samples_adjoint,
-               reads=[self.theta_slots, self.points], writes=[self.values])
+               reads=[self.theta_slots, self.points, self.jacobian], writes=[self.values])
         launch(rg.shade_slots, self.theta_slots, self.cam, self.width, self.height, n_slots, self.active,
                self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.held_grad,
                self.values, self.colour, self.ratio, name="render: shade slots (Newton step, edges, shadows)")
@@ -235,19 +243,23 @@ class DiffRenderer:
         if self.has_target:
             self._record_loss()
 
-    def _hold(self) -> None:
+    def _hold(self, jacobian: bool = True) -> None:
         """Untaped: march and hold; then the SDF's spatial gradient at every held point, exactly, from
-        the sample kernel's adjoint seeded with ones (its parameter gradient is discarded)."""
+        the sample kernel's adjoint seeded with ones. With `jacobian` (a taped evaluation) that adjoint
+        reads the per-slot rows of theta and its parameter gradient is kept too (`rg.keep_jacobian`):
+        the backward then needs no second SDF adjoint (`_samples_adjoint`); without, it reads the
+        gradient-free copy of theta and computes no parameter gradient."""
         n_slots = rg.N_LAYERS * self.n_px
-        launch(rg.hold, self.theta, self.cam, self.width, self.height, self.edge_px, self.active, self.held_t,
-               self.held_mat, self.held_ao, self.held_shadow, self.points)
+        launch(kinematics, self.theta, self.scene)
+        launch(rg.hold, self.scene, self.cam, self.width, self.height, self.edge_px, self.active, self.held_t,
+               self.held_mat, self.held_ao, self.held_shadow, self.points, self.values)
         self.theta_fixed.copy_from(self.theta)
-        self.values.fill(0.0)
-        for j in range(rg.N_SAMPLES):
-            launch(rg.sdf_samples, *self._sample_args(j, self.theta_fixed))
         self.points.grad.fill(0.0)
         launch(rg.seed_samples, self.values, n_slots)
-        self._samples_adjoint(self.theta_fixed)
+        for j in range(rg.N_SAMPLES):
+            dispatch(rg.sdf_samples.grad, self._sample_args(j, self.theta_slots if jacobian else self.theta_fixed))
+            if jacobian:
+                launch(rg.keep_jacobian, self.theta_slots, self.active, n_slots, j, self.jacobian)
         launch(rg.hold_gradients, self.points, n_slots, self.held_grad)
         for grad in (self.points.grad, self.values.grad):
             grad.fill(0.0)
@@ -263,11 +275,9 @@ class DiffRenderer:
     def _sample_args(self, j: int, theta) -> tuple:
         return (theta, self.points, self.active, self.held_shadow, rg.N_LAYERS * self.n_px, j, self.values)
 
-    def _samples_adjoint(self, theta=None) -> None:
-        """Taichi's adjoint of every sample launch: points.grad, and theta_slots.grad unless `theta` is the
-        gradient-free shared copy (the hold's spatial gradients), from values.grad."""
-        for j in range(rg.N_SAMPLES):
-            dispatch(rg.sdf_samples.grad, self._sample_args(j, self.theta_slots if theta is None else theta))
+    def _samples_adjoint(self) -> None:
+        """The sample launches' adjoint in theta: theta_slots.grad from values.grad and the Jacobians the hold kept."""
+        launch(rg.samples_adjoint, self.values, self.jacobian, self.active, rg.N_LAYERS * self.n_px, self.theta_slots)
 
     def _record_loss(self) -> None:
         self.loss.fill(0.0)  # Taichi's own fill: neither recorded nor differentiated

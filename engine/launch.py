@@ -65,6 +65,11 @@ def dispatch(kernel: Callable, args: Sequence[Any]) -> None:
     native_call(kernel, *args)
 
 
+def recording() -> bool:
+    """Whether a launch made now would be recorded (a tape is active and not paused)."""
+    return bool(_recorders) and _recorders[-1].recording
+
+
 def launch(kernel: Callable, *args: Any, name: str | None = None) -> None:
     """Launch `kernel(*args)`; the innermost active tape (if recording) records it."""
     recorder = _recorders[-1] if _recorders else None

@@ -374,16 +374,22 @@ NORMAL_EPS = 0.0005
 
 
 @ti.func
+def tap_distance(p: vec3, k, s: Scene, unrolled: ti.template()) -> ti.f32:
+    """The scene distance at `normal_at`'s tap k around p (at p + tap_sign(k) * NORMAL_EPS)."""
+    return scene_sdf(p + tap_sign(k) * NORMAL_EPS, s, unrolled).x
+
+
+@ti.func
 def normal_at(p: vec3, s: Scene, unrolled: ti.template()) -> vec3:
     """Tetrahedral differences of the distance: 4 taps in a loop (one inlined SDF copy);
     `unrolled` (differentiated kernels) inlines four: Taichi's reverse pass of the loop crashed on the cpu."""
     n = vec3(0.0)
     if ti.static(unrolled):
         for k in ti.static(range(4)):
-            n += tap_sign(k) * scene_sdf(p + tap_sign(k) * NORMAL_EPS, s, True).x
+            n += tap_sign(k) * tap_distance(p, k, s, True)
     else:
         for k in range(4):
-            n += tap_sign(k) * scene_sdf(p + tap_sign(k) * NORMAL_EPS, s, False).x
+            n += tap_sign(k) * tap_distance(p, k, s, False)
     return n / n.norm()
 
 

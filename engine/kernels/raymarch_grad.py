@@ -15,12 +15,14 @@ Scene), in kernels of which only one evaluates the SDF under the tape:
    the sky or against a surface behind (hit-to-hit silhouettes). For each active slot it
    holds N_SAMPLES sample points: the shaded point p0, the four normal taps around it,
    and the shadow ray's closest approach to an occluder q (golden-section refined), plus
-   the material, the ambient occlusion and the shadow ray's parameter.
+   the material, the ambient occlusion, the shadow ray's parameter and the scene distance
+   at every sample (evaluated where the march needs it anyway).
 2. `sdf_samples` (launched once per sample index j) evaluates the scene SDF at the held
-   points as a function of theta: the one differentiated SDF call site. Run untaped, its
-   values serve the taped pass too, and its adjoint with unit seeds gives the exact spatial
-   gradient at every held point (`hold_gradients`); on the tape it is a custom step whose
-   backward is that adjoint (Taichi's), seeded by shade_slots'.
+   points as a function of theta: the one differentiated SDF call site. Its adjoint, run
+   untaped with unit seeds, gives both the exact spatial gradient at every held point
+   (`hold_gradients`) and each slot's d(sample)/d theta (`keep_jacobian`); on the tape
+   the samples are a custom step whose backward contracts those Jacobians with the
+   samples' adjoints (`samples_adjoint`): one SDF adjoint per sample and iteration, not two.
 3. `shade_slots` (taped, no SDF) moves the held points with theta to first order, using
    those held spatial gradients: the hit by one Newton step t' = t - f(p0) / (grad f . d)
    (value t, derivative -(df/dtheta) / (grad f . d): implicit differentiation), the taps
@@ -51,15 +53,18 @@ one compile serves every resolution.
 """
 import taichi as ti
 
-from engine.kernels.kinematics import scene_from_theta, theta_of, theta_row, theta_vector
+from engine.kernels.kinematics import scene_from_theta, theta_of, theta_row
 from engine.kernels.raymarch import (M_BOUND, NORMAL_EPS, SHADOW_STEPS, SCENE_TOP, Scene, ambient_occlusion, fog,
-                                     length, lerp, light, march, normal_at, primary_ray, scene_sdf, sky, tap_sign, tone_map)
+                                     length, lerp, light, load_scene, march, primary_ray, scene_sdf, sky, tap_distance,
+                                     tap_sign, tone_map)
+from engine.scene_layout import T_PAINT
 
 vec3 = ti.math.vec3
 
 N_LAYERS = 3  # slot layers per pixel: the hit, then two edge layers
 N_SAMPLES = 6  # held sample points per slot: the shaded point, four normal taps, the shadow point
 S_POINT, S_TAP0, S_SHADOW = 0, 1, 5
+N_GEO = T_PAINT  # theta's leading components (joints, gripper, tile pose): the only ones the scene SDF depends on
 N_CAM = 13  # camera values: position, right, up, forward (3 each, `raymarch.P_CAM_*` layout), pixel size
 GOLDEN_STEPS = 16  # golden-section steps refining a closest approach (bracket x 0.618^16 = 4.6e-4)
 GOLDEN = 0.6180339887498949
@@ -163,15 +168,17 @@ def penumbra(ratio: ti.f32) -> ti.f32:
 
 
 @ti.kernel
-def hold(theta: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, edge_px: ti.f32,
+def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, edge_px: ti.f32,
          active: ti.template(), held_t: ti.template(), held_mat: ti.template(), held_ao: ti.template(),
-         held_shadow: ti.template(), points: ti.template()):
-    """Untaped: march every pixel and hold its slots (see the module docstring). edge_px: the widest edge
-    (in pixel footprints) that still gets a layer. held_shadow: the shadow ray's parameter s at its
-    closest approach (0: nothing shadows; -1: the sample there is a bound, not a surface)."""
+         held_shadow: ti.template(), points: ti.template(), values: ti.template()):
+    """Untaped: march every pixel and hold its slots (see the module docstring), with the scene distance at
+    every held point (`values`: what `sdf_samples` gives at this theta, evaluated where the march needs
+    it anyway). scene: the packed Scene (`kinematics.kinematics`: the kinematics once, not per pixel).
+    edge_px: the widest edge (in pixel footprints) that still gets a layer. held_shadow: the shadow ray's
+    parameter s at its closest approach (0: nothing shadows; -1: the sample there is a bound, not a surface)."""
     ti.loop_config(block_dim=128)
     for px in range(width * height):
-        s = scene_from_theta(theta_vector(theta))
+        s = load_scene(scene)
         ro, rd, pixel = camera_ray(cam, px, width, height)
         m = march(ro, rd, pixel, s)
         n_px = width * height
@@ -189,22 +196,33 @@ def hold(theta: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32
             active[slot] = 1 if on else 0
             if on:
                 p = ro + rd * t
-                n = normal_at(p, s, False)
+                hm = scene_sdf(p, s, False)
                 held_t[slot] = t
-                held_mat[slot] = ti.cast(scene_sdf(p, s, False).y, ti.i32)
-                held_ao[slot] = ambient_occlusion(p, n, s)
+                held_mat[slot] = ti.cast(hm.y, ti.i32)
                 points[slot, S_POINT] = p
-                for k in ti.static(range(4)):
+                values[slot, S_POINT] = hm.x
+                n = vec3(0.0)
+                for k in range(4):  # `normal_at`, its taps kept as samples
+                    d = tap_distance(p, k, s, False)
                     points[slot, S_TAP0 + k] = p + tap_sign(k) * NORMAL_EPS
+                    values[slot, S_TAP0 + k] = d
+                    n += tap_sign(k) * d
+                n = n / n.norm()
+                held_ao[slot] = ambient_occlusion(p, n, s)
                 sh = 0.0
                 q = p
+                fq = 0.0
                 if n.dot(s.sun) > 0.0:
                     sh = shadow_closest(p + n * SHADOW_OFFSET, s.sun, s)
                     q = p + n * SHADOW_OFFSET + s.sun * sh
-                    if sh > 0.0 and scene_sdf(q, s, False).y == M_BOUND:
-                        sh = -1.0
+                    if sh > 0.0:
+                        hq = scene_sdf(q, s, False)
+                        fq = hq.x
+                        if hq.y == M_BOUND:
+                            sh = -1.0
                 held_shadow[slot] = sh
                 points[slot, S_SHADOW] = q
+                values[slot, S_SHADOW] = ti.select(sh > 0.0, fq, 0.0)
 
 
 @ti.kernel
@@ -228,6 +246,33 @@ def seed_samples(values: ti.template(), n_slots: ti.i32):
     """values.grad = 1 on every sample: the untaped adjoint of sdf_samples then leaves grad f in points.grad."""
     for slot, j in ti.ndrange(n_slots, values.shape[1]):
         values.grad[slot, j] = 1.0
+
+
+@ti.kernel
+def keep_jacobian(theta_slots: ti.template(), active: ti.template(), n_slots: ti.i32, j: ti.i32,
+                  jacobian: ti.template()):
+    """jacobian[slot, j, :] = theta_slots.grad[slot, :N_GEO], then those zeroed, for every active slot: after the
+    adjoint of sdf_samples' launch j seeded with ones, d(sample j)/d theta, kept for `samples_adjoint` (the SDF
+    depends on no component past N_GEO, and inactive slots get no adjoint)."""
+    for slot in range(n_slots):
+        if active[slot] != 0:
+            for c in ti.static(range(N_GEO)):
+                jacobian[slot, j, c] = theta_slots.grad[slot, c]
+                theta_slots.grad[slot, c] = 0.0
+
+
+@ti.kernel
+def samples_adjoint(values: ti.template(), jacobian: ti.template(), active: ti.template(), n_slots: ti.i32,
+                    theta_slots: ti.template()):
+    """The sdf_samples launches' adjoint in theta from the Jacobians the hold kept (`keep_jacobian`):
+    theta_slots.grad[slot, c] += sum_j values.grad[slot, j] * jacobian[slot, j, c], each slot into its own row."""
+    for slot in range(n_slots):
+        if active[slot] != 0:
+            for c in ti.static(range(N_GEO)):
+                acc = 0.0
+                for j in ti.static(range(N_SAMPLES)):
+                    acc += values.grad[slot, j] * jacobian[slot, j, c]
+                theta_slots.grad[slot, c] = theta_slots.grad[slot, c] + acc
 
 
 @ti.kernel
