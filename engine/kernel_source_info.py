@@ -68,7 +68,11 @@ def install() -> None:
 
 def _inside_class(level_of_class_stackframe: int) -> bool:
     # the frame Taichi's own function would look at (this one stands in its place on the stack)
-    if sys._getframe(level_of_class_stackframe).f_code.co_filename.startswith("<frozen "):
+    try:
+        frame = sys._getframe(level_of_class_stackframe)
+    except ValueError:
+        return False  # a kernel at a script's top level: the stack is shallower; Taichi answers no there too
+    if frame.f_code.co_filename.startswith("<frozen "):
         return False  # Taichi's answer there too: that frame's code line is the importer's, never a class line
     return _taichi_inside_class(level_of_class_stackframe + 1)  # called from here: one frame deeper
 

@@ -2,6 +2,8 @@
 exactly what Taichi 1.7.4 builds (every node of a kernel's tree compared with Taichi's own)."""
 import ast
 import inspect
+import subprocess
+import sys
 
 import taichi as ti
 from taichi.lang import kernel_impl
@@ -73,3 +75,15 @@ def test_class_or_not_is_taichis_own_answer(tmp_path, monkeypatch):
     import kernels_to_import  # noqa: F401
 
     assert answers == [(False, False), (True, True)]
+
+
+def test_a_kernel_at_a_scripts_top_level_compiles_and_runs(tmp_path):
+    """A script run as __main__ defines its kernel where the stack is shallower than Taichi's class lookup
+    reaches (it failed once with "call stack is not deep enough")."""
+    script = tmp_path / "top_level_kernel.py"  # Taichi reads a kernel's source from its file
+    script.write_text("from engine import backend, kernel_source_info\nimport taichi as ti\n\n"
+                      "kernel_source_info.install()\nbackend.init('cpu')\nx = ti.field(ti.i32, shape=())\n\n\n"
+                      "@ti.kernel\ndef bump():\n    x[None] += 3\n\n\nbump()\nprint(x[None])\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "3"
