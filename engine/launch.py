@@ -72,9 +72,8 @@ def recording() -> bool:
 
 def launch(kernel: Callable, *args: Any, name: str | None = None) -> None:
     """Launch `kernel(*args)`; the innermost active tape (if recording) records it."""
-    recorder = _recorders[-1] if _recorders else None
-    if recorder is not None and recorder.recording:
-        recorder.record(kernel, args, name or kernel_name(kernel))
+    if recording():
+        _recorders[-1].record(kernel, args, name or kernel_name(kernel))
     else:
         dispatch(kernel, args)
 
@@ -88,9 +87,8 @@ def custom(name: str, forward: Callable[[], None], backward: Callable[[], None],
     reverse pass. `reads`/`writes` list the fields the forward reads and writes, for
     the tape's hazard checks and `zero_grad`. Outside a tape it just runs `forward()`.
     """
-    recorder = _recorders[-1] if _recorders else None
-    if recorder is not None and recorder.recording:
-        recorder.record_custom(name, backward, forward=forward, reads=reads, writes=writes)
+    if recording():
+        _recorders[-1].record_custom(name, backward, forward=forward, reads=reads, writes=writes)
     else:
         forward()
 
