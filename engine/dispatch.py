@@ -31,7 +31,8 @@ What a binding fixes and what it re-applies:
   The GfxRuntime (Vulkan) only reads the context.
 - The CUDA (and AMDGPU) launcher points the context's argument and result buffers at
   device memory it frees after the launch: there a binding makes a fresh context for
-  every launch and rewrites all arguments into it (`fresh_context`), still without
+  every launch (made right after the previous one, so writes between launches land in host
+  memory) and rewrites all arguments into it (`fresh_context`), still without
   Python argument conversion or template lookup.
 - Kinds this module does not handle (textures, argpacks, sparse-matrix builders,
   torch/paddle tensors, non-C-contiguous numpy arrays) make the binding fall back to
@@ -340,12 +341,12 @@ class BoundLaunch:
         fresh = self.fresh_context
 
         def launch_and_sync() -> Any:
-            if fresh:
+            ctx = self._ctx
+            prog_launch(compiled, ctx)
+            if fresh:  # the launcher left ctx pointing at freed device memory: writes until the next launch go here
                 self._ctx = t_kernel.make_launch_context()
                 for slot in slots:
                     slot.force()
-            ctx = self._ctx
-            prog_launch(compiled, ctx)
             if not syncs:
                 return None
             ti.sync()

@@ -5,7 +5,7 @@
 # The lent H200 machines have Python 3.12 with numpy, Pillow, imageio, tqdm, scipy and pytest, and
 # no network, and each device call carries at most 64 MiB. This fetches the rest of what
 # `scripts/gpu_check.sh` needs for that Python: Taichi (pinned, as in pyproject.toml), its dill,
-# and trimesh into .whl/ (55 MiB), and Warp, the benchmarks' peer (142 MiB), split into three
+# trimesh and moderngl (a test module imports it) into .whl/ (57 MiB), and Warp, the benchmarks' peer (142 MiB), split into three
 # parts in .whl-warp1..3/ that travel in three calls before the check's own (see gpu_check.sh).
 # Usage: bash scripts/gpu_wheels.sh [PYTHON_VERSION]   (default 3.12)
 set -euo pipefail
@@ -22,7 +22,7 @@ fetch() {  # fetch DIR REQUIREMENT...
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$python_version" --implementation cp \
     "${platforms[@]}" -d "$dir" "$@" 2>&1 | grep -v "^WARNING: Location" || true
 }
-fetch .whl taichi==1.7.4 dill==0.4.1 trimesh==5.2.0
+fetch .whl taichi==1.7.4 dill==0.4.1 trimesh==5.2.0 moderngl==5.13.0 glcontext==3.1.0  # moderngl: tests/test_ui_parts.py imports it
 warp_dir=$(mktemp -d)
 fetch "$warp_dir" "$WARP"
 warp_wheel=$(ls "$warp_dir"/*.whl)
