@@ -80,19 +80,20 @@ def test_invert_from_a_png_the_forward_renderer_wrote(tmp_path):
     assert (out / "progress.gif").stat().st_size > 0 and (out / "loss.png").stat().st_size > 0
 
 
-def test_invert_from_a_soft_edged_png_compares_the_differentiable_image(tmp_path):
+@pytest.mark.parametrize("arch", ["cpu", "vulkan"])
+def test_invert_from_a_soft_edged_png_compares_the_differentiable_image(tmp_path, arch):
     """`render --edges soft` writes the differentiable render's image and says so in the PNG; `invert --compare auto`
     then compares the differentiable image, so at the true pose the loss is the PNG's 8-bit rounding alone
     (the forward renderer's hard edges against it leave 1e-3: docs/RESULTS.md)."""
     render = subprocess.run([sys.executable, "-m", "app", "render", "--edges", "soft", "--t", "0.1", "--width", "64",
-                             "--height", "32", "--arch", "cpu", "--out", str(tmp_path / "render")],
+                             "--height", "32", "--arch", arch, "--out", str(tmp_path / "render")],
                             capture_output=True, text=True, timeout=900)
     assert render.returncode == 0, render.stderr
     png = tmp_path / "render" / "frame.png"
     assert Image.open(png).text["shannon-autograd edges"].startswith("soft:")
     assert json.loads((tmp_path / "render" / "render.json").read_text())["edges"] == "soft"
     at_truth = ["--t", "0.1", "--width", "64", "--height", "32", "--perturb", "joints=0", "--optimise", "joints",
-                "--iters", "1", "--arch", "cpu"]
+                "--iters", "1", "--arch", arch]
     records = {}
     for compare in ("auto", "forward"):
         out = tmp_path / compare

@@ -46,7 +46,7 @@ def run(ctx) -> None:
                                         f"({', '.join(f'{v:.1f}' for v in joint_start)})")
     ctx.check(final["joints"] <= JOINT_TOL_DEG, f"pose recovery from a PNG: joints within {final['joints']:.3f} deg "
                                                 f"(goal <= {JOINT_TOL_DEG}) after {record['iterations']} iterations")
-    ctx.check(final["letter"] <= LETTER_TOL, f"pose recovery from a PNG: letter within {final['letter']:.4f} units "
+    ctx.check(final["letter"] <= LETTER_TOL, f"pose recovery from a PNG: letter within {final['letter']:.2g} units "
                                              f"(goal <= {LETTER_TOL}); its angles within "
                                              f"{final['letter_angles']:.3f} deg, gripper {final['gripper'] * 1e3:.2f} mm")
     ctx.check(loss["orders"] >= MIN_ORDERS, f"pose recovery from a PNG: image loss {loss['start']:.2e} -> "
