@@ -218,6 +218,15 @@ def _record(bounds):
     return record
 
 
+@ti.func
+def _refit_node(nodes: ti.template(), node_bound: ti.template(), i):
+    """Inner node i's record from its children's bounds, then its own bound from its record."""
+    c = 4 * i + 1
+    record = _record((node_bound[c], node_bound[c + 1], node_bound[c + 2], node_bound[c + 3]))
+    nodes[i] = record
+    node_bound[i] = _node_bound(record)
+
+
 @ti.kernel
 def copy_vertices(source: ti.template(), vertices: ti.types.ndarray(), serial: ti.template()):
     """The mesh's current vertices (a field of the caller's) into the tree's own array, as
@@ -242,13 +251,16 @@ def _lanes_max(v):
 @ti.kernel
 def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
                  leaf_start: ti.types.ndarray(), corner_packets: ti.types.ndarray(),
-                 bound_packets: ti.types.ndarray(), node_bound: ti.types.ndarray(), first_leaf: ti.i32,
-                 width: ti.i32):
+                 bound_packets: ti.types.ndarray(), node_bound: ti.types.ndarray(), nodes: ti.types.ndarray(),
+                 first_leaf: ti.i32, width: ti.i32, top_end: ti.i32):
     """Refit, first step: gather each leaf's triangles from `vertices` into its `width` slots,
     four at a time (a packet; slots past the leaf's count hold NaN corners: never near), then
     their disc bounds (`_packet_bounds`) and the leaf's bound. Every step works on a packet's
     four lanes alike, so LLVM computes them in vectors; the box and the normal sum are kept per
-    lane and reduced once per leaf, NaN-safely (`_lanes_min`)."""
+    lane and reduced once per leaf, NaN-safely (`_lanes_min`). Then, in the same launch, inner
+    nodes top_end - 1 .. 0 serially, children before parents (`refit_level`'s serial case): a
+    small tree's whole refit in one launch (the host passes top_end = first_leaf when no inner
+    level is large enough to run in parallel, else 0)."""
     for k in range(leaf_start.shape[0] - 1):
         start, count, first = leaf_start[k], leaf_start[k + 1] - leaf_start[k], k * (width // 4)
         lo_x = ti.Vector([_INF] * 4, dt=ti.f32)
@@ -292,6 +304,9 @@ def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
                     thickness[lane] = _max(ti.abs(axis.dot(w)), thickness[lane])
         node_bound[first_leaf + k] = _bound_vector(box_lo, box_hi, axis, centre, ti.sqrt(_lanes_max(radius2)),
                                                    _lanes_max(thickness))
+    ti.loop_config(serialize=True)
+    for j in range(top_end):
+        _refit_node(nodes, node_bound, top_end - 1 - j)
 
 
 @ti.kernel
@@ -303,11 +318,7 @@ def refit_level(nodes: ti.types.ndarray(), node_bound: ti.types.ndarray(), begin
     parents (waking the thread pool for each tiny level would cost more than its work)."""
     ti.loop_config(serialize=serial)
     for j in range(end - begin):
-        i = end - 1 - j
-        c = 4 * i + 1
-        record = _record((node_bound[c], node_bound[c + 1], node_bound[c + 2], node_bound[c + 3]))
-        nodes[i] = record
-        node_bound[i] = _node_bound(record)
+        _refit_node(nodes, node_bound, end - 1 - j)
 
 
 @ti.kernel
