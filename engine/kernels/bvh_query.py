@@ -138,14 +138,6 @@ def _packet_bounds(corners):
 
 
 @ti.func
-def _slot_corners(packet, lane: ti.template()):
-    """Slot `lane`'s corners a, b, c out of a packet of four (a vector read whole)."""
-    return (ti.Vector([packet[lane], packet[4 + lane], packet[8 + lane]]),
-            ti.Vector([packet[12 + lane], packet[16 + lane], packet[20 + lane]]),
-            ti.Vector([packet[24 + lane], packet[28 + lane], packet[32 + lane]]))
-
-
-@ti.func
 def _slot_corners_at(packets: ti.template(), index, lane):
     """The corners of slot `lane` of packets[index], nine reads at a run-time lane."""
     return (ti.Vector([packets[index][lane], packets[index][4 + lane], packets[index][8 + lane]]),
@@ -297,11 +289,12 @@ def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
         thickness = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
         for packet in range(width // 4):
             corners = corner_packets[first + packet]
-            for lane in ti.static(range(4)):
-                for x in ti.static(_slot_corners(corners, lane)):
-                    w = x - centre
-                    radius2[lane] = _max(w.dot(w), radius2[lane])  # the 3D distance bounds the lateral one
-                    thickness[lane] = _max(ti.abs(axis.dot(w)), thickness[lane])
+            for corner in ti.static(range(3)):  # on the packet's rows, as above
+                wx = _lanes(corners, 3 * corner) - centre[0]
+                wy = _lanes(corners, 3 * corner + 1) - centre[1]
+                wz = _lanes(corners, 3 * corner + 2) - centre[2]
+                radius2 = _max(wx * wx + wy * wy + wz * wz, radius2)  # the 3D distance bounds the lateral one
+                thickness = _max(ti.abs(axis[0] * wx + axis[1] * wy + axis[2] * wz), thickness)
         node_bound[first_leaf + k] = _bound_vector(box_lo, box_hi, axis, centre, ti.sqrt(_lanes_max(radius2)),
                                                    _lanes_max(thickness))
     ti.loop_config(serialize=True)
