@@ -161,15 +161,24 @@ def _lane(record, lane):
 
 
 @ti.func
-def _node_bound(record):
-    """An inner node's bound from its record (its four children's): the union box, and a
-    slab-cylinder around the children's mean axis that holds each child's cylinder and box
+def _child(bound):
+    """A node's bound (BOUND_WIDTH floats) as (lo, hi, axis, centre, radius, thickness)."""
+    return (ti.Vector([bound[0], bound[1], bound[2]]), ti.Vector([bound[3], bound[4], bound[5]]),
+            ti.Vector([bound[6], bound[7], bound[8]]), ti.Vector([bound[9], bound[10], bound[11]]), bound[12],
+            bound[13])
+
+
+@ti.func
+def _node_bound(bounds):
+    """An inner node's bound from its four children's (BOUND_WIDTH floats each): the union box,
+    and a slab-cylinder around the children's mean axis that holds each child's cylinder and box
     (the smaller of the two extents per child, both conservative)."""
+    children = [_child(bounds[lane]) for lane in ti.static(range(4))]  # split once, read by both loops
     lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
     hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
     axis = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
     for lane in ti.static(range(4)):
-        l_lo, l_hi, l_axis, _, l_radius, _ = _lane(record, lane)
+        l_lo, l_hi, l_axis, _, l_radius, _ = children[lane]
         lo, hi = _min(lo, l_lo), _max(hi, l_hi)
         axis += l_axis * (l_radius * l_radius)  # children's axes weighted by their (area-like) R^2
     axis = _unit(axis)
@@ -177,7 +186,7 @@ def _node_bound(record):
     radius = 0.0
     thickness = 0.0
     for lane in ti.static(range(4)):
-        l_lo, l_hi, l_axis, l_centre, l_radius, l_thickness = _lane(record, lane)
+        l_lo, l_hi, l_axis, l_centre, l_radius, l_thickness = children[lane]
         if l_lo[0] <= l_hi[0]:  # empty children add nothing
             w = l_centre - centre
             h = axis.dot(w)
@@ -203,20 +212,17 @@ def _node_bound(record):
 @ti.func
 def _record(bounds):
     """A node record from its four children's bounds (BOUND_WIDTH floats each), lane by lane."""
-    record = ti.Vector([0.0] * NODE_WIDTH, dt=ti.f32)
-    for lane in ti.static(range(4)):
-        for k in ti.static(range(BOUND_WIDTH)):
-            record[4 * k + lane] = bounds[lane][k]
-    return record
+    return ti.Vector([bounds[lane][k] for k in ti.static(range(BOUND_WIDTH)) for lane in ti.static(range(4))],
+                     dt=ti.f32)
 
 
 @ti.func
 def _refit_node(nodes: ti.template(), node_bound: ti.template(), i):
-    """Inner node i's record from its children's bounds, then its own bound from its record."""
+    """Inner node i's record and its own bound, both from its children's bounds."""
     c = 4 * i + 1
-    record = _record((node_bound[c], node_bound[c + 1], node_bound[c + 2], node_bound[c + 3]))
-    nodes[i] = record
-    node_bound[i] = _node_bound(record)
+    bounds = (node_bound[c], node_bound[c + 1], node_bound[c + 2], node_bound[c + 3])
+    nodes[i] = _record(bounds)
+    node_bound[i] = _node_bound(bounds)
 
 
 @ti.kernel
