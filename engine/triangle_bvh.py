@@ -324,14 +324,13 @@ class TriangleBVH:
         self._launch(kernels.refit_leaves, self.mesh_vertices, self.tree_faces, self.leaf_start, self.corner_packets,
                      self.bound_packets, self.node_bound, self.nodes, self.n_inner, self.width,
                      0 if large(level) else self.n_inner)
-        if not large(level):
-            return
-        while large(level):
-            self._launch(kernels.refit_level, self.nodes, self.node_bound, level_start(level), level_start(level + 1),
-                         False)
-            level -= 1
-        if level >= 0:  # the levels above, serially in one launch
-            self._launch(kernels.refit_level, self.nodes, self.node_bound, 0, level_start(level + 1), True)
+        if large(level):  # else the leaves' launch did every inner node
+            while large(level):
+                self._launch(kernels.refit_level, self.nodes, self.node_bound, level_start(level),
+                             level_start(level + 1), False)
+                level -= 1
+            if level >= 0:  # the levels above, serially in one launch
+                self._launch(kernels.refit_level, self.nodes, self.node_bound, 0, level_start(level + 1), True)
 
     def query(self, points, out_face, out_bary, out_point, out_dist2, n: int, presorted: bool = False) -> None:
         """Closest point on the mesh for points[0:n], written to the out_* fields (no host copy; see module docstring).
