@@ -14,10 +14,10 @@ other PNG (`render`'s default hard edges) with the forward renderer's image (the
 `render` draws with by default; `settings.compare`, engine.diff_render.DiffRenderer.set_compare),
 so the loss vanishes at the true pose either way; the gradient is the differentiable
 render's either way. Only the first recovers the pose to the claim's tolerances: against a
-hard-edged picture the fit stalls near a degree (docs/RESULTS.md). The optimiser is Adam (engine.autodiff.optim) on the renderer's theta field,
-with frozen groups masked and limits clamped on the device after each step
-(engine.theta_adam.ThetaAdam). Schedule (measured on this
-scene, docs/RESULTS.md): an L2 loss over a 4-level image pyramid, silhouettes twice as
+hard-edged picture the fit stalls near a degree (docs/RESULTS.md). The optimiser is Adam
+(engine.autodiff.optim) on the renderer's theta field, with frozen groups masked and limits
+clamped on the device after each step (engine.theta_adam.ThetaAdam). Schedule (measured on
+this scene, docs/RESULTS.md): an L2 loss over a 4-level image pyramid, silhouettes twice as
 wide (2 pixel footprints) at first and narrowing to 1 over the first 60 % of the
 iterations, the learning rate falling from lr to lr / 10 on a cosine.
 
