@@ -16,7 +16,7 @@ points per batch, seeded.
 
 Validation before any time is printed: every side's distances agree with libigl's float64
 distances within ORACLE_TOL x the box diagonal, every point answered; ours also equals the
-brute-force kernel (squared distances, 1e-6 relative) on the first points of each batch,
+brute-force kernel (distances within ORACLE_TOL x the diagonal) on the first points of each batch,
 with no stack overflow. A side that disagrees stops the run.
 Timing: each repetition calls a side's batch query enough times to last ~0.2 s (at least
 once) and synchronises once; the sides alternate within every repetition so all see the same
@@ -48,7 +48,6 @@ CPU_ONLY = ("fcpw-simd", "fcpw", "Open3D", "libigl")
 ORACLE = "libigl"
 ORACLE_TOL = 1e-6  # distance error allowed against libigl's float64 answers, times the box diagonal
 BRUTE_TESTS = 1 << 27  # point-triangle tests the brute-force check may spend per batch
-BRUTE_REL = 1e-6
 WARP_DEVICE = {"cpu": "cpu", "cuda": "cuda:0"}
 TARGET_S = 0.2  # per side and repetition
 ONE_QUERY_S = 0.05  # per side and repetition of the one-query timing
@@ -205,14 +204,19 @@ def _validate(name: str, found: dict, oracle: np.ndarray | None, scale: float, l
     return err
 
 
-def _brute_check(ours: Ours, points: np.ndarray, n_faces: int, label: str) -> float:
-    """Relative error of our squared distances against the brute-force kernel on the first points."""
+def _brute_check(ours: Ours, points: np.ndarray, n_faces: int, scale: float, label: str) -> float:
+    """Our worst distance error (x diagonal) against the brute-force kernel on the first points.
+
+    Not relative to the squared distances: on cuda two kernels calling the same point-triangle
+    function may fuse its multiply-adds differently (2.5e-6 relative near a 1M-triangle surface on
+    the first H200 run), and a squared distance near the surface is ill-conditioned.
+    """
     k = max(16, min(len(points), BRUTE_TESTS // n_faces))
-    found = ours.results(len(points))["dist2"][:k].astype(np.float64)
-    brute = ours.bvh.brute_force(points[:k])["dist2"].astype(np.float64)
-    err = float(np.max(np.abs(found - brute) / np.maximum(np.maximum(found, brute), 1e-30)))
-    if ours.bvh.counters()["misses"] or not err <= BRUTE_REL:
-        raise RuntimeError(f"{label}: our BVH disagrees with the brute-force kernel (rel {err:.2g}); not timing")
+    found = ours.results(len(points))["dist2"][:k]
+    err = _distance_err(found, ours.bvh.brute_force(points[:k])["dist2"].astype(np.float64), scale)
+    if ours.bvh.counters()["misses"] or not err <= ORACLE_TOL:
+        raise RuntimeError(f"{label}: our BVH disagrees with the brute-force kernel ({err:.2g} x the diagonal, "
+                           f"tolerance {ORACLE_TOL:g}); not timing")
     return err
 
 
@@ -235,7 +239,7 @@ def measure_mesh(mesh: str, arch: str, options, progress, result: dict) -> None:
                 side.query(n)
             oracle = peers[ORACLE].results(n)["dist2"] if ORACLE in peers else None
             cell = {"mesh": mesh, "distribution": case.distribution, "n": n, "faces": len(faces),
-                    "brute_rel_err": _brute_check(ours, points, len(faces), f"{label}, {n:,} queries"),
+                    "brute_err": _brute_check(ours, points, len(faces), scale, f"{label}, {n:,} queries"),
                     "err": {name: _validate(name, side.results(n), oracle, scale, f"{label}, {n:,} queries")
                             for name, side in sides.items()}}
             times = _alternating({name: (lambda side=side: side.query(n), side.synchronize)
@@ -298,7 +302,7 @@ def tables(result: dict, arch: str, repeats: int) -> str:
             lines.append("| " + " | ".join(row) + " |")
         worst = {name: max((c["err"][name] or 0.0) for c in cells) for name in sides if name != ORACLE}
         lines.append("max distance error vs libigl (x diagonal): " + ", ".join(f"{k} {v:.2g}" for k, v in worst.items())
-                     + f"; ours vs brute force (rel, dist2): {max(c['brute_rel_err'] for c in cells):.2g}")
+                     + f"; ours vs brute force (distance, x diagonal): {max(c['brute_err'] for c in cells):.2g}")
     if ratio_to:
         lines += ["", "| mesh, queries | ours / fcpw-simd (" + " / ".join(f"{n:,}" for n in sorted({c['n'] for c in result['cells']})) + ") |",
                   "|---|---|"]

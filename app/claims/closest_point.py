@@ -1,11 +1,18 @@
 """Claim `closest_point`: BVH closest-point queries validated three ways.
 
 On the 20,480-triangle icosphere and each real target in assets/ (spot, blub,
-penguin), seeded near-surface and far queries: backend A's BVH == backend A's brute
-force == backend B's BVH (== backend B's brute force), squared distances within 1e-6
-relative (face ids are not compared: a query closest to a shared edge or vertex has
-several correct faces), on each backend through both entry points (numpy and fields, the
-batch searched in Morton order on the device); no misses and no stack overflows anywhere.
+penguin), seeded near-surface and far queries: on each backend, the BVH through both entry
+points (numpy and fields, the batch searched in Morton order on the device) == that backend's
+brute force, squared distances within 1e-6 relative (the same float32 arithmetic); backend A's
+distances == backend B's within 1e-6 of the mesh's bounding-box diagonal (face ids are not
+compared: a query closest to a shared edge or vertex has several correct faces); no misses and
+no stack overflows anywhere.
+
+Why the parity is not relative: backends round differently (on the first H200 run, 2026-12-01,
+cuda's squared distances differed from cpu's by up to 2.7e-5 relative, where cpu and vulkan agree
+to 1e-6: NVPTX fuses multiply-adds), and a squared distance near the surface is a small difference
+of large coordinates, so its relative error grows as the query nears the mesh while the distance's
+error stays a few float32 spacings of the coordinates, i.e. a fixed fraction of the mesh's size.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ from engine.meshgen import icosphere
 
 QUERIES = 1024  # per mesh: half near the surface, half far
 REL_TOL = 1e-6
+DIAG_TOL = 1e-6  # backend A vs B: |d_a - d_b| / bounding-box diagonal
 
 
 def max_rel_err(a: np.ndarray, b: np.ndarray) -> float:
@@ -45,10 +53,13 @@ def run(ctx) -> None:
         out_b = ctx.parity.call("closest_point", vertices=vertices, faces=faces, points=points)
         brute = max(max_rel_err(out[key], out["brute_dist2"])
                     for out in (out_a, out_b) for key in ("dist2", "field_dist2"))
-        parity = max_rel_err(out_a["dist2"], out_b["dist2"])
+        diagonal = float(np.linalg.norm(vertices.max(axis=0) - vertices.min(axis=0)))
+        parity = float(np.max(np.abs(np.sqrt(np.asarray(out_a["dist2"], np.float64))
+                                     - np.sqrt(np.asarray(out_b["dist2"], np.float64))))) / diagonal
         guards = sum(int(out[key]) for out in (out_a, out_b) for key in ("misses", "overflows"))
         worst_brute, worst_parity, total = max(worst_brute, brute), max(worst_parity, parity), total + len(points)
-        ctx.check(brute <= REL_TOL and parity <= REL_TOL and guards == 0,
-                  f"{name} ({len(faces)} triangles, {len(points)} queries): {a_name} == {b_name} == brute force "
-                  f"(max rel err {max(brute, parity):.2g}), {guards} misses/overflows")
-    ctx.metric(queries=total, max_rel_err_vs_brute=worst_brute, parity_max_rel_err=worst_parity)
+        ctx.check(brute <= REL_TOL and parity <= DIAG_TOL and guards == 0,
+                  f"{name} ({len(faces)} triangles, {len(points)} queries): BVH == brute force on {a_name} and "
+                  f"{b_name} (max rel err {brute:.2g} <= {REL_TOL:g}), {a_name} == {b_name} (max distance err "
+                  f"{parity:.2g} x diagonal <= {DIAG_TOL:g}), {guards} misses/overflows")
+    ctx.metric(queries=total, max_rel_err_vs_brute=worst_brute, parity_max_err_x_diagonal=worst_parity)
