@@ -80,14 +80,6 @@ NEAR_TABLE = (1.95 + BOUND_MARGIN, TABLE_TOP + BOUND_MARGIN, 0.6 + BOUND_MARGIN)
 NEAR_MOVING = 0.32 + BOUND_MARGIN  # from the moving tile's centre
 NEAR_BASE = (0.42 + BOUND_MARGIN, 1.04 + BOUND_MARGIN)  # radius, height
 NEAR_LINKS = (0.2 + BOUND_MARGIN, 0.32 + BOUND_MARGIN)  # from the link polyline, from the arm plane
-HAND_BOX = (0.172, 0.122, 0.065, 0.285)  # the hand's box in the tool frame: centre along; half along, across, lat
-# Skipping a part that cannot be the nearest: every part (and the letter of a tile, the hand of the arm) has a
-# bound never above its true distance. Where that bound exceeds a distance the scene function already returned
-# by SKIP_MARGIN, the part's detailed SDF cannot win the minimum and is not evaluated: the scene's (distance,
-# material) stays the same, bit for bit, so the march's steps, the images and the gradients do too. The margin
-# (1 mm) covers the float32 rounding of both values (~1e-5 m at 30 m from the origin), so a backend rounding a
-# bound differently can only change whether a part that loses anyway is evaluated.
-SKIP_MARGIN = 1e-3
 
 # S glyph: two 240-degree arcs (iq's sdArc: symmetric about +y, gap around -y),
 # rotated so the upper bowl opens to the lower right and the lower bowl to the upper left.
@@ -97,9 +89,6 @@ _S_TOP_ROT = (0.5, -0.8660254037844386)  # cos, sin of -60 degrees
 _S_BOT_ROT = (-0.5, 0.8660254037844386)  # cos, sin of +120 degrees
 STROKE = 0.03
 LETTER_HALF_DEPTH = (TILE_HALF[2] + 0.007) / 2  # the letter spans z in [0, TILE_HALF[2] + 0.007], then rounds
-# half extent (x, y) of the region within STROKE - 0.008 of every glyph's centre lines (|x| <= 0.115: A;
-# |y| <= 0.16: S, O), with 5 mm to spare; the letter lies within 0.008 of that region's extrusion
-LETTER_BOX = (0.115 + STROKE - 0.008 + 0.005, 0.16 + STROKE - 0.008 + 0.005)
 
 
 @ti.dataclass
@@ -208,20 +197,15 @@ def glyph(g: ti.i32, p: vec2) -> ti.f32:
 
 
 @ti.func
-def sd_tile(u: vec3, g: ti.i32, best: ti.f32) -> vec2:
+def sd_tile(u: vec3, g: ti.i32) -> vec2:
     """A letter tile in its local frame: (distance, material). The letter stands proud of the front
-    face (+z) only: the back is blank, so the fallen tile, lying on its face, shows its back.
-    The letter is evaluated only where its box comes nearer than the slab and `best` (SKIP_MARGIN)."""
+    face (+z) only: the back is blank, so the fallen tile, lying on its face, shows its back."""
     slab = sd_box(u, vec3(TILE_HALF[0] - TILE_ROUND, TILE_HALF[1] - TILE_ROUND,
                           TILE_HALF[2] - TILE_ROUND)) - TILE_ROUND
+    letter = extrude(glyph(g, vec2(u.x, u.y)) - (STROKE - 0.008), u.z - LETTER_HALF_DEPTH, LETTER_HALF_DEPTH) - 0.008
     res = vec2(slab, M_TILE)
-    letter_bound = sd_box(vec3(u.x, u.y, u.z - LETTER_HALF_DEPTH),
-                          vec3(LETTER_BOX[0], LETTER_BOX[1], LETTER_HALF_DEPTH)) - 0.008
-    if letter_bound < ti.min(slab, best) + SKIP_MARGIN:
-        letter = extrude(glyph(g, vec2(u.x, u.y)) - (STROKE - 0.008), u.z - LETTER_HALF_DEPTH,
-                         LETTER_HALF_DEPTH) - 0.008
-        if letter < slab:
-            res = vec2(letter, M_LETTER)
+    if letter < slab:
+        res = vec2(letter, M_LETTER)
     return res
 
 
@@ -242,12 +226,10 @@ def closer(a: vec2, b: vec2) -> vec2:
 
 # ---------------------------------------------------------------- scene parts
 @ti.func
-def sd_table(p: vec3, best: ti.f32) -> vec2:
-    """The table; its bound where it cannot come nearer than `best` (see SKIP_MARGIN)."""
+def sd_table(p: vec3) -> vec2:
     # a cheap lower bound: the largest separation along one axis from the table's box
     res = vec2(ti.max(p.y - TABLE_TOP, ti.max(ti.abs(p.x) - 1.95, ti.abs(p.z) - 0.6)), M_BOUND)
-    if p.y < NEAR_TABLE[1] and ti.abs(p.x) < NEAR_TABLE[0] and ti.abs(p.z) < NEAR_TABLE[2] \
-            and res.x < best + SKIP_MARGIN:
+    if p.y < NEAR_TABLE[1] and ti.abs(p.x) < NEAR_TABLE[0] and ti.abs(p.z) < NEAR_TABLE[2]:
         top = sd_box(p - vec3(0.0, TABLE_TOP - 0.025, 0.0), vec3(1.94, 0.015, 0.59)) - 0.01
         leg = sd_box(vec3(ti.abs(p.x) - 1.8, p.y - 0.375, ti.abs(p.z) - 0.48), vec3(0.035, 0.375, 0.035)) - 0.008
         res = vec2(ti.min(top, leg), M_TABLE)
@@ -265,7 +247,7 @@ def slot_glyph(i: ti.i32) -> ti.i32:
 
 @ti.func
 def _tile_candidate(res: vec2, p: vec3, s: Scene, rel: vec3, i0: ti.i32, k, near_row: ti.i32,
-                    near_moving: ti.i32, best: ti.f32) -> vec2:
+                    near_moving: ti.i32) -> vec2:
     """Candidate k of `sd_tiles`: standing tile i0 + k (k < 2) or the moving tile (k == 2)."""
     i = i0 + k
     u = p - vec3(SLOT_X0 + SLOT_SPACING * ti.cast(i, ti.f32), TILE_Y, ROW_Z)
@@ -277,19 +259,17 @@ def _tile_candidate(res: vec2, p: vec3, s: Scene, rel: vec3, i0: ti.i32, k, near
         usable = near_moving
     out = res
     if usable:
-        limit = ti.min(res.x, best)  # (a scalar of its own: see scene_sdf)
-        out = closer(res, sd_tile(u, g, limit))
+        out = closer(res, sd_tile(u, g))
     return out
 
 
 @ti.func
-def sd_tiles(p: vec3, s: Scene, unrolled: ti.template(), best: ti.f32) -> vec2:
+def sd_tiles(p: vec3, s: Scene, unrolled: ti.template()) -> vec2:
     """The standing tiles and the moving one, with one inlined tile SDF for all of them.
 
     Tiles repeat along x, so only the two slots around p.x can hold the nearest standing
-    tile; the third candidate is the moving tile. Far from all of them, or where
-    they cannot come nearer than `best` (SKIP_MARGIN), the distance to their bounding volumes
-    stands in (it is never larger than the true distance).
+    tile; the third candidate is the moving tile. Far from all of them, the distance to
+    their bounding volumes stands in (it is never larger than the true distance).
     `unrolled` (differentiated kernels): three inlined copies instead of a dynamic loop,
     whose loop-carried minimum Taichi's reverse mode gets silently wrong (measured).
     """
@@ -297,8 +277,8 @@ def sd_tiles(p: vec3, s: Scene, unrolled: ti.template(), best: ti.f32) -> vec2:
     rel = p - s.tile_pos
     moving_dist = length(rel)
     moving_bound = moving_dist - 0.32
-    near_row = row_bound < BOUND_MARGIN and row_bound < best + SKIP_MARGIN
-    near_moving = moving_dist < NEAR_MOVING and moving_bound < best + SKIP_MARGIN
+    near_row = row_bound < BOUND_MARGIN
+    near_moving = moving_dist < NEAR_MOVING
     res = vec2(ti.min(row_bound, moving_bound), M_BOUND)
     if near_row or near_moving:
         # each group is either evaluated exactly or stands in with its bound
@@ -310,28 +290,27 @@ def sd_tiles(p: vec3, s: Scene, unrolled: ti.template(), best: ti.f32) -> vec2:
         i0 = ti.cast(ti.floor((p.x - SLOT_X0) / SLOT_SPACING), ti.i32)
         if ti.static(unrolled):
             for k in ti.static(range(3)):
-                res = _tile_candidate(res, p, s, rel, i0, k, near_row, near_moving, best)
+                res = _tile_candidate(res, p, s, rel, i0, k, near_row, near_moving)
         else:
             for k in range(3):  # a dynamic loop: one inlined copy of the tile SDF, not three
-                res = _tile_candidate(res, p, s, rel, i0, k, near_row, near_moving, best)
+                res = _tile_candidate(res, p, s, rel, i0, k, near_row, near_moving)
     return res
 
 
 @ti.func
-def sd_arm(p: vec3, s: Scene, best: ti.f32) -> vec2:
+def sd_arm(p: vec3, s: Scene) -> vec2:
     """Pedestal, turret, shoulder bracket and the planar arm, in the arm plane's coordinates.
 
     Two groups, each behind its own bound: the base (a cylinder of radius 0.42 up to 1.04 m
     around the base axis) and the moving links (0.2 m around the polyline shoulder, elbow,
-    wrist, tool centre, within 0.32 m of the arm plane); the hand (palm and fingers) behind a box
-    of its own. A group that cannot come nearer than `best` or the arm's nearer parts is skipped (SKIP_MARGIN)."""
+    wrist, tool centre, within 0.32 m of the arm plane)."""
     dx = p.x - s.base.x
     dz = p.z - s.base.y
     radial = length(vec2(dx, dz))
     fwd = dx * s.base.w + dz * s.base.z  # forward = (sin yaw, cos yaw) in xz
     lat = dx * s.base.z - dz * s.base.w
     res = vec2(extrude(radial - 0.42, p.y - 0.52, 0.52), M_BOUND)
-    if radial < NEAR_BASE[0] and p.y < NEAR_BASE[1] and res.x < best + SKIP_MARGIN:
+    if radial < NEAR_BASE[0] and p.y < NEAR_BASE[1]:
         pedestal = extrude(radial - 0.25, p.y - 0.3, 0.3) - 0.02
         plate = extrude(radial - 0.4, p.y - 0.02, 0.02)
         res = vec2(ti.min(pedestal, plate), M_PEDESTAL)
@@ -343,7 +322,7 @@ def sd_arm(p: vec3, s: Scene, best: ti.f32) -> vec2:
     to_links = ti.min(sd_segment2(q, s.shoulder, s.elbow),
                       ti.min(sd_segment2(q, s.elbow, s.wrist), sd_segment2(q, s.wrist, tcp)))
     bound = ti.max(to_links - 0.2, ti.abs(lat) - 0.32)
-    if to_links < NEAR_LINKS[0] and ti.abs(lat) < NEAR_LINKS[1] and bound < ti.min(res.x, best) + SKIP_MARGIN:
+    if to_links < NEAR_LINKS[0] and ti.abs(lat) < NEAR_LINKS[1]:
         upper = extrude(sd_segment2(q, s.shoulder, s.elbow) - 0.055, lat, 0.06) - 0.03
         fore = extrude(sd_segment2(q, s.elbow, s.wrist) - 0.04, lat, 0.045) - 0.025
         res = closer(res, vec2(ti.min(upper, fore), M_PAINT))
@@ -354,14 +333,9 @@ def sd_arm(p: vec3, s: Scene, best: ti.f32) -> vec2:
         v = q - s.wrist
         along = v.x * s.tool.x + v.y * s.tool.y
         across = v.y * s.tool.x - v.x * s.tool.y
-        # palm: along [0.053, 0.147], |across| <= 0.062, |lat| <= 0.282; fingers: along [0.139, 0.291],
-        # |across| <= 0.046, |lat| <= grip + 0.013: within HAND_BOX, with 3 mm to spare
-        hand_bound = sd_box(vec3(along - HAND_BOX[0], across, lat),
-                            vec3(HAND_BOX[1], HAND_BOX[2], ti.max(HAND_BOX[3], s.grip + 0.016)))
-        if hand_bound < ti.min(res.x, best) + SKIP_MARGIN:
-            palm = sd_box(vec3(along - 0.1, across, lat), vec3(0.035, 0.05, 0.27)) - 0.012
-            finger = sd_box(vec3(along - 0.215, across, ti.abs(lat) - s.grip), vec3(0.072, 0.042, 0.009)) - 0.004
-            res = closer(res, vec2(ti.min(palm, finger), M_STEEL))
+        palm = sd_box(vec3(along - 0.1, across, lat), vec3(0.035, 0.05, 0.27)) - 0.012
+        finger = sd_box(vec3(along - 0.215, across, ti.abs(lat) - s.grip), vec3(0.072, 0.042, 0.009)) - 0.004
+        res = closer(res, vec2(ti.min(palm, finger), M_STEEL))
     else:
         res = closer(res, vec2(bound, M_BOUND))
     return res
@@ -370,16 +344,11 @@ def sd_arm(p: vec3, s: Scene, best: ti.f32) -> vec2:
 @ti.func
 def scene_sdf(p: vec3, s: Scene, unrolled: ti.template()) -> vec2:
     """(distance, material) of the whole scene at p; `unrolled` for differentiated kernels (see sd_tiles)."""
-    # each part's `best` is a value of its own, never reassigned: with `res.x` passed instead, or one variable
-    # reassigned between the calls, Taichi 1.7.4 compiled normal_at's taps wrong (cpu and vulkan alike: its
-    # normal disagreed with the normal of the same taps evaluated one by one; measured)
-    floor = p.y
-    table = sd_table(p, floor)
-    near_table = ti.min(floor, table.x)
-    tiles = sd_tiles(p, s, unrolled, near_table)
-    near_tiles = ti.min(near_table, tiles.x)
-    arm = sd_arm(p, s, near_tiles)
-    return closer(closer(closer(vec2(floor, M_FLOOR), table), tiles), arm)
+    res = vec2(p.y, M_FLOOR)
+    res = closer(res, sd_table(p))
+    res = closer(res, sd_tiles(p, s, unrolled))
+    res = closer(res, sd_arm(p, s))
+    return res
 
 
 # ---------------------------------------------------------------- shading
