@@ -30,7 +30,8 @@ from engine.worker import BackendWorker, WorkerUserError
 
 PASS, FAIL = "\u2713", "\u2717"
 OUTPUTS = ("report.json", "raymarch_*.png", "fit_*.obj", "launch_overhead.md", "pose_recovery.png")  # claims' files
-RENDER_CLAIMS = ("render_gradcheck", "render_grad_parity", "pose_recovery")  # use the shared differentiable renderer
+RENDER_CLAIMS = ("render_gradcheck", "render_grad_parity", "pose_recovery",  # use the shared differentiable renderer
+                 "pose_recovery_png")
 log = logging.getLogger(__name__)
 
 

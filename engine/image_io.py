@@ -35,6 +35,12 @@ def read_png_rgb(path: str | os.PathLike) -> np.ndarray:
         return np.asarray(image.convert("RGB"))
 
 
+def read_png_text(path: str | os.PathLike) -> dict[str, str]:
+    """A PNG's text chunks (key -> value); empty for an image without any (or not a PNG)."""
+    with Image.open(path) as image:
+        return dict(getattr(image, "text", None) or {})
+
+
 def _png_bytes(pixels: np.ndarray, text: dict[str, str] | None = None) -> bytes:
     buffer = io.BytesIO()
     info = None

@@ -114,7 +114,7 @@ def _check_points(points: np.ndarray) -> np.ndarray:
     points = np.asarray(points)
     if points.ndim != 2 or points.shape[1] != 3 or len(points) == 0:
         raise UserError(f"query points must be a non-empty (N, 3) array, got shape {points.shape}")
-    return np.ascontiguousarray(points, dtype=np.float32)
+    return points
 
 
 class QueryBuffers:
@@ -157,6 +157,7 @@ class _Batch:
         self.face, self.dist2 = new(1, np.int32), new(1, np.float32)
         self.perm = ti.ndarray(ti.i32, (capacity,))
         self.counts = np.zeros(2, np.int32)  # misses and overflows of one `closest_points` call
+        self.searches: dict[tuple, BoundLaunch] = {}  # the query kernel's bindings on these arrays (`_search`)
 
 
 class _Ordering:
@@ -309,21 +310,27 @@ class TriangleBVH:
         self.refit()
 
     def refit(self) -> None:
-        """Recompute every bound from the current vertices on the device (2 + depth launches, deterministic).
+        """Recompute every bound from the current vertices on the device (deterministic): the vertex
+        copy, then the leaves with the inner levels too small to run in parallel in one launch (a
+        tree of up to 4^5 leaves: two launches in all), else the leaves, one launch per large level
+        bottom-up, and the small levels above in one.
 
         Call after `vertices_field` changed (every fit iteration); the face order stays that of the
         build, so a mesh that deformed far gets slower queries (never wrong ones): then `rebuild()`."""
         self._launch(kernels.copy_vertices, self.vertices, self.mesh_vertices, self._serial_copy)
-        self._launch(kernels.refit_leaves, self.mesh_vertices, self.tree_faces, self.leaf_start, self.corner_packets,
-                     self.bound_packets, self.node_bound, self.n_inner, self.width)
         level_start = lambda level: ((1 << (2 * level)) - 1) // 3  # noqa: E731
         level = self.depth - 1
-        while level >= 0 and level_start(level + 1) - level_start(level) >= PARALLEL_NODES:
-            self._launch(kernels.refit_level, self.nodes, self.node_bound, level_start(level), level_start(level + 1),
-                         False)
-            level -= 1
-        if level >= 0:  # the levels above, serially in one launch
-            self._launch(kernels.refit_level, self.nodes, self.node_bound, 0, level_start(level + 1), True)
+        large = lambda level: level >= 0 and level_start(level + 1) - level_start(level) >= PARALLEL_NODES  # noqa: E731
+        self._launch(kernels.refit_leaves, self.mesh_vertices, self.tree_faces, self.leaf_start, self.corner_packets,
+                     self.bound_packets, self.node_bound, self.nodes, self.n_inner, self.width,
+                     0 if large(level) else self.n_inner)
+        if large(level):  # else the leaves' launch did every inner node
+            while large(level):
+                self._launch(kernels.refit_level, self.nodes, self.node_bound, level_start(level),
+                             level_start(level + 1), False)
+                level -= 1
+            if level >= 0:  # the levels above, serially in one launch
+                self._launch(kernels.refit_level, self.nodes, self.node_bound, 0, level_start(level + 1), True)
 
     def query(self, points, out_face, out_bary, out_point, out_dist2, n: int, presorted: bool = False) -> None:
         """Closest point on the mesh for points[0:n], written to the out_* fields (no host copy; see module docstring).
@@ -352,12 +359,15 @@ class TriangleBVH:
         points = _check_points(points)
         n = len(points)
         batch = self._batch(n, host=True)
-        batch.points[:n] = points
-        batch.counts[:] = 0
-        self._search(batch, n, batch.counts, sort=n >= SORT_MIN)
-        self._host_counts += batch.counts
-        if batch.counts[kernels.OVERFLOWS]:
-            raise _overflow_error(int(batch.counts[kernels.OVERFLOWS]), self)
+        batch.points[:n] = points  # converted to float32 here
+        counts = batch.counts  # zero between calls: a call that counted something adds it to the tree's and clears
+        self._search(batch, n, counts, sort=n >= SORT_MIN)
+        if counts[kernels.MISSES] or counts[kernels.OVERFLOWS]:
+            self._host_counts += counts
+            overflows = int(counts[kernels.OVERFLOWS])
+            counts[:] = 0
+            if overflows:
+                raise _overflow_error(overflows, self)
         return {"face": batch.face[:n].copy(), "bary": batch.bary[:n].copy(), "point": batch.point[:n].copy(),
                 "dist2": batch.dist2[:n].copy()}
 
@@ -369,12 +379,22 @@ class TriangleBVH:
         return batch
 
     def _search(self, batch: _Batch, n: int, counts, sort: bool) -> None:
-        """The query kernel on batch.points[:n], in Morton order if `sort`."""
+        """The query kernel on batch.points[:n], in Morton order if `sort`. Its binding is kept per
+        batch, counter array, order and serial flag (the rest are the tree's own arrays and sizes),
+        so a call rewrites at most `n`: `_launch`'s general key would cost more than a one-point search."""
         if sort:
             _Ordering.get().sort(batch.points, n, batch.perm, self._launch)
-        self._launch(kernels.closest_point_query, batch.points, n, batch.perm, int(sort), self.corner_packets,
-                     self.bound_packets, self.leaf_start, self.width, self.nodes, self.order, self.depth, batch.face,
-                     batch.bary, batch.point, batch.dist2, counts, self.stack_size, n <= SERIAL_MAX)
+        serial = n <= SERIAL_MAX
+        key = (counts is self.counter, sort, serial)
+        bound = batch.searches.get(key)
+        if bound is None:
+            bound = batch.searches[key] = bind(
+                kernels.closest_point_query, batch.points, n, batch.perm, int(sort), self.corner_packets,
+                self.bound_packets, self.leaf_start, self.width, self.nodes, self.order, self.depth, batch.face,
+                batch.bary, batch.point, batch.dist2, counts, self.stack_size, serial)
+        elif bound.args[1] != n:
+            bound.set(1, n)
+        bound()
 
     def _buffers_for(self, n: int) -> QueryBuffers:
         if self._buffers is None or self._buffers.capacity < n:

@@ -70,6 +70,7 @@ def test_invert_from_a_png_the_forward_renderer_wrote(tmp_path):
     record = json.loads((out / "invert.json").read_text())
     assert record["arch"] == "cpu" and record["iterations"] == 4 and len(record["losses"]) == 4
     assert record["settings"]["compare"] == "forward"  # a PNG is matched through the renderer that wrote it
+    assert "was not written by `python -m app render --edges soft`" in result.stderr
     assert set(record["parameters"]) == set(scene_theta.NAMES)
     assert record["parameters"]["yaw"]["start"] != record["parameters"]["yaw"]["true"]
     assert all(np.isfinite(record["losses"])) and record["image_loss"]["start"] > 0.0
@@ -77,6 +78,32 @@ def test_invert_from_a_png_the_forward_renderer_wrote(tmp_path):
                                                                  "iter_00004.png"]
     assert Image.open(out / "frames" / "iter_00004.png").size == (3 * 64, 32)  # current | target | difference
     assert (out / "progress.gif").stat().st_size > 0 and (out / "loss.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("arch", ["cpu", "vulkan"])
+def test_invert_from_a_soft_edged_png_compares_the_differentiable_image(tmp_path, arch):
+    """`render --edges soft` writes the differentiable render's image and says so in the PNG; `invert --compare auto`
+    then compares the differentiable image, so at the true pose the loss is the PNG's 8-bit rounding alone
+    (the forward renderer's hard edges against it leave 1e-3: docs/RESULTS.md)."""
+    render = subprocess.run([sys.executable, "-m", "app", "render", "--edges", "soft", "--t", "0.1", "--width", "64",
+                             "--height", "32", "--arch", arch, "--out", str(tmp_path / "render")],
+                            capture_output=True, text=True, timeout=900)
+    assert render.returncode == 0, render.stderr
+    png = tmp_path / "render" / "frame.png"
+    assert Image.open(png).text["shannon-autograd edges"].startswith("soft:")
+    assert json.loads((tmp_path / "render" / "render.json").read_text())["edges"] == "soft"
+    at_truth = ["--t", "0.1", "--width", "64", "--height", "32", "--perturb", "joints=0", "--optimise", "joints",
+                "--iters", "1", "--arch", arch]
+    records = {}
+    for compare in ("auto", "forward"):
+        out = tmp_path / compare
+        result = _invert("--target-image", str(png), "--compare", compare, *at_truth, "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        records[compare] = json.loads((out / "invert.json").read_text())
+    assert records["auto"]["settings"]["compare"] == "diff"
+    floor = records["auto"]["image_loss"]["start"]  # the start is the truth: only the PNG's rounding is left
+    assert 0.0 < floor < 1e-5, floor
+    assert records["forward"]["image_loss"]["start"] > 100 * floor  # hard edges against soft ones
 
 
 def test_perturbation_is_seeded_and_at_least_three_quarters_of_its_magnitude():

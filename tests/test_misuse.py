@@ -131,6 +131,9 @@ CASES = [
     ("render-aov-with-frames", ["render", "--frames", "3", "--aov", "all"], 2, "--aov all applies to a single frame",
      {}),
     ("render-float-with-frames", ["render", "--frames", "3", "--float", "npy"], 2, "--float applies to a single", {}),
+    ("render-soft-too-big", ["render", "--edges", "soft"], 2, "--edges soft renders at up to 512x256", {}),
+    ("render-soft-aov", ["render", "--edges", "soft", "--width", "64", "--height", "32", "--aov", "all"], 2,
+     "leave it out with --edges soft", {}),
     ("render-out-is-a-file", ["render", "--out", "a_file"], 2, "--out a_file: exists and is not a folder", {}),
     ("render-env-ti-arch", ["render"], 2, "TI_ARCH=vulkan is set", {"TI_ARCH": "vulkan"}),
     # headless

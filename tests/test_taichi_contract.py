@@ -2,8 +2,17 @@
 
 - the pinned version;
 - ndarray reverse-mode AD is silently zero on Vulkan (why engine.fields uses fields);
-- field AD through FieldGroup works on every backend.
+- field AD through FieldGroup works on every backend;
+- with fast_math off no backend fuses a multiply and an add into one FMA (the claims that compare
+  cpu and vulkan bit for bit, app/claims/sgd_oracle.py, rely on it);
+- the cpu backend compiles for this machine's CPU (AVX where it has AVX), with no switch of ours
+  (docs/RESULTS.md, "Taichi's CPU target").
 """
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import taichi as ti
 
@@ -25,6 +34,29 @@ def ndarray_grad_probe() -> dict:
     return {"dx": x.grad.to_numpy()}
 
 
+def fma_probe() -> dict:
+    @ti.kernel
+    def multiply_add(a: ti.f32, b: ti.f32, c: ti.f32) -> ti.f32:
+        return a * b + c
+
+    # (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 rounds (a tie, to even) to 1 + 2^-11: the separate operations give 0,
+    # one fused multiply-add gives the 2^-24 that the rounding dropped.
+    a = 1.0 + 2.0 ** -12
+    return {"value": multiply_add(a, a, -(1.0 + 2.0 ** -11))}
+
+
+HOST_TARGET_PROBE = """
+import taichi as ti
+ti.init(arch=ti.cpu, fast_math=False, print_kernel_asm=True, print_kernel_llvm_ir_optimized=True)
+x = ti.field(ti.f32, 64)
+@ti.kernel
+def scale(a: ti.f32):
+    for i in x:
+        x[i] = x[i] * a
+scale(2.0)
+"""
+
+
 def test_taichi_is_the_pinned_version():
     assert ti.__version__ == (1, 7, 4), "engine relies on taichi 1.7.4 behaviour: re-verify this file before upgrading"
 
@@ -40,3 +72,26 @@ def test_kernel_cache_is_not_evicted_at_taichi_default_size(ti_cpu):
     from engine.backend import OFFLINE_CACHE_BYTES
 
     assert ti.lang.impl.current_cfg().offline_cache_max_size_of_files == OFFLINE_CACHE_BYTES >= 1 << 30
+
+
+def test_no_backend_contracts_a_multiply_add_into_an_fma():
+    for arch in ("cpu", "vulkan"):
+        value = backend_worker(arch).call("tests.test_taichi_contract:fma_probe")["value"]
+        assert value == 0.0, f"{arch} fused a * b + c into one FMA ({value!r}): bitwise cpu/vulkan claims will break"
+
+
+def test_cpu_kernels_are_compiled_for_this_machines_cpu(tmp_path):
+    # Taichi builds its CPU target machine from llvm::sys::getHostCPUName() (codegen_cpu.cpp) and its JIT from
+    # JITTargetMachineBuilder::detectHost() (jit_cpu.cpp); only its runtime's own functions say target-cpu x86-64.
+    env = {**os.environ, "TI_OFFLINE_CACHE_FILE_PATH": str(tmp_path / "cache")}  # compile, do not load
+    (tmp_path / "probe.py").write_text(HOST_TARGET_PROBE)  # Taichi reads a kernel's source from its file
+    run = subprocess.run([sys.executable, "probe.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    ir = (tmp_path / "taichi_kernel_cpu_llvm_ir_optimized_0000.ll").read_text()
+    kernel = next(line for line in ir.splitlines() if line.startswith("define") and "scale" in line)
+    attributes = kernel.rsplit("#", 1)[1].split()[0]
+    group = next(line for line in ir.splitlines() if line.startswith(f"attributes #{attributes} "))
+    assert "target-cpu" not in group and "target-features" not in group, group
+    assembly = (tmp_path / "taichi_kernel_cpu_llvm_ir_optimized_asm_0000.s").read_text()
+    has_avx = "avx" in Path("/proc/cpuinfo").read_text().split()
+    assert ("vmulss" in assembly) == has_avx, "the cpu kernel's multiply is not encoded for this machine's CPU"

@@ -16,4 +16,5 @@ CLAIMS: dict[str, str] = {
     "render_gradcheck": "app.claims.render_gradcheck",
     "render_grad_parity": "app.claims.render_grad_parity",
     "pose_recovery": "app.claims.pose_recovery",
+    "pose_recovery_png": "app.claims.pose_recovery_png",
 }

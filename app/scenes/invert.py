@@ -7,14 +7,17 @@
 
 The target is a linear RGB image of the scene seen from `camera`: rendered by the
 differentiable renderer at known parameters (`render_target`), or read from a PNG
-(`load_target_png`: any sRGB PNG of the right size, e.g. one `python -m app render`
-wrote). A PNG is compared with the forward renderer's image of the current theta (the
-renderer `render` draws with; `settings.compare`, engine.diff_render.DiffRenderer.set_compare),
-so the loss vanishes at the true pose; the gradient is the differentiable render's
-either way. The optimiser is Adam (engine.autodiff.optim) on the renderer's theta field,
-with frozen groups masked and limits clamped on the device after each step
-(engine.theta_adam.ThetaAdam). Schedule (measured on this
-scene, docs/RESULTS.md): an L2 loss over a 4-level image pyramid, silhouettes twice as
+(`load_target_png`: any sRGB PNG of the right size). A PNG that `python -m app render
+--edges soft` wrote is that same differentiable image (its text chunk says so,
+`png_compare`) and is compared with the differentiable render of the current theta; any
+other PNG (`render`'s default hard edges) with the forward renderer's image (the renderer
+`render` draws with by default; `settings.compare`, engine.diff_render.DiffRenderer.set_compare),
+so the loss vanishes at the true pose either way; the gradient is the differentiable
+render's either way. Only the first recovers the pose to the claim's tolerances: against a
+hard-edged picture the fit stalls near a degree (docs/RESULTS.md). The optimiser is Adam
+(engine.autodiff.optim) on the renderer's theta field, with frozen groups masked and limits
+clamped on the device after each step (engine.theta_adam.ThetaAdam). Schedule (measured on
+this scene, docs/RESULTS.md): an L2 loss over a 4-level image pyramid, silhouettes twice as
 wide (2 pixel footprints) at first and narrowing to 1 over the first 60 % of the
 iterations, the learning rate falling from lr to lr / 10 on a cosine.
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -44,6 +48,7 @@ from engine.render import Camera
 MAX_WIDTH, MAX_HEIGHT = 512, 256  # the shared differentiable renderer's size: one compile serves every view up to it
 DEFAULT_PERTURB = "joints=20,gripper=0.03,letter=0.2,letter_angles=10"
 DEFAULT_T = 0.1  # the arm stands clear of the tiles against the floor; the fallen tile lies on the table
+log = logging.getLogger(__name__)
 OUTPUTS = ("invert.json", "loss.png", "loss.svg", "progress.gif", "frames/iter_*.png")
 
 
@@ -103,6 +108,18 @@ def load_target_png(path: str | Path, width: int, height: int) -> np.ndarray:
         raise UserError(f"--target-image {path} is {pixels.shape[1]}x{pixels.shape[0]}; the view is {width}x{height} "
                         f"(render it with the same --width/--height, or pass those)")
     return linear_from_srgb8(pixels)
+
+
+def png_compare(path: str | Path) -> str:
+    """The image a fit of this PNG compares (`--compare auto`): the differentiable render's for a PNG that
+    `python -m app render --edges soft` wrote (it says so in a text chunk), else the forward renderer's."""
+    from app.scenes.render_cli import png_edges
+
+    if png_edges(path) == "soft":
+        return "diff"
+    log.warning("%s was not written by `python -m app render --edges soft`: compared with the forward renderer's "
+                "image; a hard-edged picture recovers the pose to about a degree only (docs/RESULTS.md)", path)
+    return "forward"
 
 
 class InverseRender:
@@ -204,7 +221,8 @@ def _parser() -> argparse.ArgumentParser:
                    f"and the reference the start is perturbed from (default {DEFAULT_T})")
     p.add_argument("--target-image", default=None, metavar="PNG",
                    help="fit this picture instead of a rendered one (same view: --width/--height/camera); "
-                        "parameter errors are then against --t's parameters")
+                        "parameter errors are then against --t's parameters. Render it with `python -m app render "
+                        "--edges soft` (the image this fit compares); a hard-edged PNG recovers to about a degree")
     p.add_argument("--set", default="", metavar="NAME=V,...",
                    help="change target parameters (angles in degrees), e.g. yaw=-50,tile_x=-0.8")
     p.add_argument("--perturb", default=DEFAULT_PERTURB, metavar="GROUP=M,...",
@@ -219,10 +237,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--loss", choices=("l2", "l1"), default=d.loss, help="image loss (default l2)")
     p.add_argument("--levels", type=int, default=d.levels, help=f"image pyramid levels 1..4 (default {d.levels})")
     p.add_argument("--compare", choices=("auto", *COMPARE_KINDS), default="auto",
-                   help="the image compared with the target: the forward renderer's (forward: what `render` writes, "
-                        "so a PNG of it is matched exactly at the true pose) or the differentiable render's own "
-                        "(diff); the gradient is the differentiable render's either way (default auto: forward for "
-                        "--target-image, diff for a rendered target)")
+                   help="the image compared with the target: the forward renderer's (forward: what `render` writes "
+                        "by default, so a PNG of it is matched exactly at the true pose) or the differentiable "
+                        "render's own (diff: what `render --edges soft` writes); the gradient is the differentiable "
+                        "render's either way (default auto: diff for a rendered target and for a PNG that `render "
+                        "--edges soft` wrote, forward for any other --target-image)")
     p.add_argument("--edge-start", type=float, default=d.edge_start,
                    help=f"silhouette width in pixel footprints at the start, narrowing to 1 (default {d.edge_start:g})")
     p.add_argument("--width", type=int, default=256)
@@ -295,6 +314,8 @@ def main(argv: list[str]) -> int:
 
     args, checked = checked_arguments(argv)  # every bad flag and a bad target image fail before the folder is touched
     target_png = load_target_png(args.target_image, args.width, args.height) if args.target_image else None
+    if target_png is not None and args.compare == "auto":
+        args.compare = png_compare(args.target_image)
     with output_dir.claim(args.out, "invert", OUTPUTS) as folder:
         return _invert(args, checked, target_png, folder.path)
 

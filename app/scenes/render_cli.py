@@ -11,6 +11,14 @@ records them with the settings and the backend that ran. Float outputs are opt-i
 `--frames N` renders N frames over t in [0, 1] into `frames/frame_0000.png`... and
 `animation.gif` / `animation.mp4` (`--video`), with a progress bar.
 
+`--edges` chooses who draws: `hard` (the default) the forward ray marcher
+(`engine.render.Renderer`, the desktop app's image: point-sampled silhouettes), `soft` the
+differentiable render (`engine.diff_render`: silhouettes antialiased by its one-footprint
+soft coverage, the edge math of `engine.kernels.raymarch_grad`), at up to 512x256 and without
+AOVs. A soft PNG is the image `python -m app invert` compares, so `invert --target-image`
+recovers the pose from it; its PNG says so in a text chunk (`EDGES_KEY`), which
+`invert --compare auto` reads. Hard-edged PNGs recover to about a degree only (docs/RESULTS.md).
+
 Every flag is checked before the backend starts (sizes within 1..16384 and memory,
 finite numbers in range, a writable output folder that no other run is using).
 SIGINT/SIGTERM: the frame in progress finishes, the frames done and their animation are
@@ -32,6 +40,8 @@ MAX_FRAMES = 10000
 FPS_RANGE = (0.1, 50.0)  # a GIF stores delays in hundredths of a second; browsers slow delays under 2/100 s
 VIDEO_FORMATS = ("gif", "mp4")
 ANIMATION_BUDGET = 4 * 2**30  # bytes of frames held for the GIF/MP4 encoders
+EDGE_KINDS = ("hard", "soft")
+EDGES_KEY = "shannon-autograd edges"  # the PNG text chunk naming who drew the frame (`png_edges`)
 OUTPUTS = ("frame.png", "frame.npy", "frame.exr", "depth.png", "depth.npy", "depth.exr", "normals.png", "normals.npy",
            "normals.exr", "steps.png", "render.json", "animation.gif", "animation.mp4", "frames/frame_*.png")
 
@@ -52,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     image = parser.add_argument_group("image")
     image.add_argument("--width", type=int, default=2048, help="pixels, 1..16384 (default 2048)")
     image.add_argument("--height", type=int, default=1024, help="pixels, 1..16384 (default 1024)")
+    image.add_argument("--edges", choices=EDGE_KINDS, default="hard",
+                       help="hard: the forward ray marcher, point-sampled silhouettes (the desktop app's image; "
+                            "default); soft: the differentiable render, silhouettes antialiased with its soft "
+                            "coverage, up to 512x256, no --aov: the image `invert` compares, so `invert "
+                            "--target-image` recovers the pose from this PNG")
     image.add_argument("--aov", choices=("none", "all"), default="none",
                        help="also write depth, normals and march steps (default none)")
     image.add_argument("--float", choices=("none", *image_io.FLOAT_FORMATS), default="none", dest="float_format",
@@ -95,6 +110,15 @@ def _validate(args: argparse.Namespace) -> tuple:
 
     backend.check_requested(args.arch)
     check_size(args.width, args.height)
+    if args.edges == "soft":
+        from app.scenes.invert import MAX_HEIGHT, MAX_WIDTH
+
+        if args.width > MAX_WIDTH or args.height > MAX_HEIGHT:
+            raise UserError(f"--edges soft renders at up to {MAX_WIDTH}x{MAX_HEIGHT} (the differentiable renderer's "
+                            f"size), got {args.width}x{args.height}: a smaller size, or --edges hard")
+        if args.aov != "none":
+            raise UserError("--aov all draws the forward ray marcher's depth, normals and steps: leave it out with "
+                            "--edges soft")
     _number("--t", args.t, 0.0, 1.0, " (the timeline)")
     _number("--azimuth", args.azimuth)
     _number("--elevation", args.elevation, -89.0, 89.0, " degrees")
@@ -132,12 +156,27 @@ def _aov_labels(renderer) -> dict[str, str]:
             "steps.png": f"ray-march steps per pixel, 0 (dark blue) .. {MAX_STEPS} (yellow), viridis-like ramp"}
 
 
+EDGE_TEXT = {"hard": "hard: the forward ray marcher, point-sampled silhouettes",
+             "soft": "soft: the differentiable render, silhouettes antialiased by its soft coverage"}
+
+
+def png_text(edges: str) -> dict[str, str]:
+    """A frame PNG's text chunks: who drew it (`png_edges` reads it back)."""
+    return {EDGES_KEY: EDGE_TEXT[edges], "Software": "shannon-autograd"}
+
+
+def png_edges(path: str | Path) -> str | None:
+    """`hard` or `soft`: the `--edges` a frame PNG was rendered with, from its text chunk; None if it has none."""
+    value = image_io.read_png_text(path).get(EDGES_KEY, "")
+    return next((kind for kind in EDGE_KINDS if value.startswith(kind + ":")), None)
+
+
 def _write_frame(renderer, out: Path, rgb, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """One frame's files; returns their names and the AOV labels."""
     from engine.render import MAX_DEPTH, MAX_STEPS
 
     written = ["frame.png"]
-    image_io.write_linear_png(out / "frame.png", rgb)
+    image_io.write_png(out / "frame.png", image_io.srgb8(rgb), text=png_text(args.edges))
     floats = args.float_format != "none"
     if floats:
         image_io.write_float(out / f"frame.{args.float_format}", rgb)
@@ -165,6 +204,14 @@ def run(args: argparse.Namespace) -> int:
         return _render(args, camera, videos, folder.path, stop)
 
 
+def _soft_drawer(args: argparse.Namespace, camera):
+    """t -> the differentiable render's image of the timeline at t (linear RGB, `invert`'s `render_target`)."""
+    from app.scenes.invert import render_target
+    from app.scenes.robot_arm import theta_at
+
+    return lambda t: render_target(theta_at(t), args.width, args.height, camera, "diff")
+
+
 def _render(args: argparse.Namespace, camera, videos: tuple[str, ...], out: Path, stop: StopFlag) -> int:
     from app.scenes.robot_arm import scene_at
     from engine import backend
@@ -172,24 +219,26 @@ def _render(args: argparse.Namespace, camera, videos: tuple[str, ...], out: Path
     from engine.render import Renderer
 
     running = backend.init(args.arch)
-    renderer = Renderer(args.width, args.height)
+    renderer = Renderer(args.width, args.height) if args.edges == "hard" else None
+    draw = (lambda t: renderer.render(scene_at(t), camera)) if renderer else _soft_drawer(args, camera)
     started = time.perf_counter()
     record = {"t": args.t, "width": args.width, "height": args.height, "camera": {
         "azimuth": camera.azimuth, "elevation": camera.elevation, "distance": camera.distance},
-        "arch": running.name, "backend": running.as_record(), "frames": args.frames}
+        "edges": args.edges, "arch": running.name, "backend": running.as_record(), "frames": args.frames}
     if args.frames == 0:
-        rgb = renderer.render(scene_at(args.t), camera)
+        rgb = draw(args.t)
+        kernel = f" (kernel {renderer.last_ms:.0f} ms)" if renderer else ""
         written, labels = _write_frame(renderer, out, rgb, args)
         record.update(aovs=labels)
-        summary = (f"rendered t={args.t:g} at {args.width}x{args.height} on {running.name} in "
-                   f"{time.perf_counter() - started:.2f} s (kernel {renderer.last_ms:.0f} ms) -> {out}/frame.png")
+        summary = (f"rendered t={args.t:g} at {args.width}x{args.height} ({args.edges} edges) on {running.name} in "
+                   f"{time.perf_counter() - started:.2f} s{kernel} -> {out}/frame.png")
     else:
         frames, written, done = [], [], 0
         for i in bar(range(args.frames), desc=f"rendering {args.frames} frames on {running.name}"):
             if stop:
                 break
-            pixels = image_io.srgb8(renderer.render(scene_at(i / max(args.frames - 1, 1)), camera))
-            image_io.write_png(out / "frames" / f"frame_{i:04d}.png", pixels)
+            pixels = image_io.srgb8(draw(i / max(args.frames - 1, 1)))
+            image_io.write_png(out / "frames" / f"frame_{i:04d}.png", pixels, text=png_text(args.edges))
             written.append(f"frames/frame_{i:04d}.png")
             done += 1
             if videos:

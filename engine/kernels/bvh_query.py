@@ -138,14 +138,6 @@ def _packet_bounds(corners):
 
 
 @ti.func
-def _slot_corners(packet, lane: ti.template()):
-    """Slot `lane`'s corners a, b, c out of a packet of four (a vector read whole)."""
-    return (ti.Vector([packet[lane], packet[4 + lane], packet[8 + lane]]),
-            ti.Vector([packet[12 + lane], packet[16 + lane], packet[20 + lane]]),
-            ti.Vector([packet[24 + lane], packet[28 + lane], packet[32 + lane]]))
-
-
-@ti.func
 def _slot_corners_at(packets: ti.template(), index, lane):
     """The corners of slot `lane` of packets[index], nine reads at a run-time lane."""
     return (ti.Vector([packets[index][lane], packets[index][4 + lane], packets[index][8 + lane]]),
@@ -169,15 +161,24 @@ def _lane(record, lane):
 
 
 @ti.func
-def _node_bound(record):
-    """An inner node's bound from its record (its four children's): the union box, and a
-    slab-cylinder around the children's mean axis that holds each child's cylinder and box
+def _child(bound):
+    """A node's bound (BOUND_WIDTH floats) as (lo, hi, axis, centre, radius, thickness)."""
+    return (ti.Vector([bound[0], bound[1], bound[2]]), ti.Vector([bound[3], bound[4], bound[5]]),
+            ti.Vector([bound[6], bound[7], bound[8]]), ti.Vector([bound[9], bound[10], bound[11]]), bound[12],
+            bound[13])
+
+
+@ti.func
+def _node_bound(bounds):
+    """An inner node's bound from its four children's (BOUND_WIDTH floats each): the union box,
+    and a slab-cylinder around the children's mean axis that holds each child's cylinder and box
     (the smaller of the two extents per child, both conservative)."""
+    children = [_child(bounds[lane]) for lane in ti.static(range(4))]  # split once, read by both loops
     lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
     hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
     axis = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
     for lane in ti.static(range(4)):
-        l_lo, l_hi, l_axis, _, l_radius, _ = _lane(record, lane)
+        l_lo, l_hi, l_axis, _, l_radius, _ = children[lane]
         lo, hi = _min(lo, l_lo), _max(hi, l_hi)
         axis += l_axis * (l_radius * l_radius)  # children's axes weighted by their (area-like) R^2
     axis = _unit(axis)
@@ -185,7 +186,7 @@ def _node_bound(record):
     radius = 0.0
     thickness = 0.0
     for lane in ti.static(range(4)):
-        l_lo, l_hi, l_axis, l_centre, l_radius, l_thickness = _lane(record, lane)
+        l_lo, l_hi, l_axis, l_centre, l_radius, l_thickness = children[lane]
         if l_lo[0] <= l_hi[0]:  # empty children add nothing
             w = l_centre - centre
             h = axis.dot(w)
@@ -211,11 +212,17 @@ def _node_bound(record):
 @ti.func
 def _record(bounds):
     """A node record from its four children's bounds (BOUND_WIDTH floats each), lane by lane."""
-    record = ti.Vector([0.0] * NODE_WIDTH, dt=ti.f32)
-    for lane in ti.static(range(4)):
-        for k in ti.static(range(BOUND_WIDTH)):
-            record[4 * k + lane] = bounds[lane][k]
-    return record
+    return ti.Vector([bounds[lane][k] for k in ti.static(range(BOUND_WIDTH)) for lane in ti.static(range(4))],
+                     dt=ti.f32)
+
+
+@ti.func
+def _refit_node(nodes: ti.template(), node_bound: ti.template(), i):
+    """Inner node i's record and its own bound, both from its children's bounds."""
+    c = 4 * i + 1
+    bounds = (node_bound[c], node_bound[c + 1], node_bound[c + 2], node_bound[c + 3])
+    nodes[i] = _record(bounds)
+    node_bound[i] = _node_bound(bounds)
 
 
 @ti.kernel
@@ -242,13 +249,16 @@ def _lanes_max(v):
 @ti.kernel
 def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
                  leaf_start: ti.types.ndarray(), corner_packets: ti.types.ndarray(),
-                 bound_packets: ti.types.ndarray(), node_bound: ti.types.ndarray(), first_leaf: ti.i32,
-                 width: ti.i32):
+                 bound_packets: ti.types.ndarray(), node_bound: ti.types.ndarray(), nodes: ti.types.ndarray(),
+                 first_leaf: ti.i32, width: ti.i32, top_end: ti.i32):
     """Refit, first step: gather each leaf's triangles from `vertices` into its `width` slots,
     four at a time (a packet; slots past the leaf's count hold NaN corners: never near), then
     their disc bounds (`_packet_bounds`) and the leaf's bound. Every step works on a packet's
     four lanes alike, so LLVM computes them in vectors; the box and the normal sum are kept per
-    lane and reduced once per leaf, NaN-safely (`_lanes_min`)."""
+    lane and reduced once per leaf, NaN-safely (`_lanes_min`). Then, in the same launch, inner
+    nodes top_end - 1 .. 0 serially, children before parents (`refit_level`'s serial case): a
+    small tree's whole refit in one launch (the host passes top_end = first_leaf when no inner
+    level is large enough to run in parallel, else 0)."""
     for k in range(leaf_start.shape[0] - 1):
         start, count, first = leaf_start[k], leaf_start[k + 1] - leaf_start[k], k * (width // 4)
         lo_x = ti.Vector([_INF] * 4, dt=ti.f32)
@@ -285,13 +295,17 @@ def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
         thickness = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
         for packet in range(width // 4):
             corners = corner_packets[first + packet]
-            for lane in ti.static(range(4)):
-                for x in ti.static(_slot_corners(corners, lane)):
-                    w = x - centre
-                    radius2[lane] = _max(w.dot(w), radius2[lane])  # the 3D distance bounds the lateral one
-                    thickness[lane] = _max(ti.abs(axis.dot(w)), thickness[lane])
+            for corner in ti.static(range(3)):  # on the packet's rows, as above
+                wx = _lanes(corners, 3 * corner) - centre[0]
+                wy = _lanes(corners, 3 * corner + 1) - centre[1]
+                wz = _lanes(corners, 3 * corner + 2) - centre[2]
+                radius2 = _max(wx * wx + wy * wy + wz * wz, radius2)  # the 3D distance bounds the lateral one
+                thickness = _max(ti.abs(axis[0] * wx + axis[1] * wy + axis[2] * wz), thickness)
         node_bound[first_leaf + k] = _bound_vector(box_lo, box_hi, axis, centre, ti.sqrt(_lanes_max(radius2)),
                                                    _lanes_max(thickness))
+    ti.loop_config(serialize=True)
+    for j in range(top_end):
+        _refit_node(nodes, node_bound, top_end - 1 - j)
 
 
 @ti.kernel
@@ -303,11 +317,7 @@ def refit_level(nodes: ti.types.ndarray(), node_bound: ti.types.ndarray(), begin
     parents (waking the thread pool for each tiny level would cost more than its work)."""
     ti.loop_config(serialize=serial)
     for j in range(end - begin):
-        i = end - 1 - j
-        c = 4 * i + 1
-        record = _record((node_bound[c], node_bound[c + 1], node_bound[c + 2], node_bound[c + 3]))
-        nodes[i] = record
-        node_bound[i] = _node_bound(record)
+        _refit_node(nodes, node_bound, end - 1 - j)
 
 
 @ti.kernel
