@@ -461,11 +461,12 @@ def finite_difference(r: DiffRenderer, components: list[int] | None = None) -> n
 def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarray, width: int, height: int,
                         azimuth: float = Camera.azimuth, elevation: float = Camera.elevation,
                         distance: float = Camera.distance, max_width: int = 512, max_height: int = 256,
-                        levels: int = 1, compare: str = "diff") -> dict:
+                        levels: int = 1, compare: str = "diff", edges: bool = False) -> dict:
     """The parity computation "render_gradient": loss and d loss / d theta of the shared renderer on this backend
     for the given theta, target image (linear (height, width, 3)) and per-pixel loss weights, 1-pixel silhouettes,
     an L2 loss over `levels` pyramid levels, comparing the `compare` image (DiffRenderer.set_compare) with the
-    target. "image": the compared image; "diff_image": the differentiable render's own; "edges": `edge_mask`."""
+    target. "image": the compared image; "diff_image": the differentiable render's own; with `edges`, also
+    "edges": `edge_mask` (for `bench.invert.check`)."""
     r = shared_renderer(max_width, max_height)
     r.set_view(Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance)), int(width),
                int(height))
@@ -474,8 +475,11 @@ def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarra
     r.set_theta(theta)
     r.set_target(target, weight)
     loss, grad = r.loss_and_gradient()
-    return {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy(),
-            "diff_image": r.image_numpy(r.diff_image if r.compare == "forward" else r.image), "edges": edge_mask(r)}
+    out = {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy(),
+           "diff_image": r.image_numpy(r.diff_image if r.compare == "forward" else r.image)}
+    if edges:
+        out["edges"] = edge_mask(r)
+    return out
 
 
 def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, height: int,

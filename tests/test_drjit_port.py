@@ -32,7 +32,7 @@ class _OursInWorker:
 
     def evaluate(self, theta: np.ndarray) -> dict:
         return self.worker.call("render_gradient", theta=theta, target=self.target, weight=self.weight, width=WIDTH,
-                                height=HEIGHT, timeout_s=1800.0)
+                                height=HEIGHT, edges=True, timeout_s=1800.0)
 
 
 def _peer(target: np.ndarray, cls: type = Peer) -> Peer:
