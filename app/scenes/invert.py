@@ -229,7 +229,7 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"start = target moved by up to M per group, at least 3/4 M (angles in degrees, albedo "
                         f"relative), seeded; 'default' = {scene_theta.DEFAULT_PERTURB} (default: {DEFAULT_PERTURB})")
     p.add_argument("--seed", type=int, default=2, help="seed of the perturbation (default 2, the claim pose_recovery's; "
-                   "of seeds 1-4, seed 3 does not recover: docs/RESULTS.md)")
+                   "from a rendered target seeds 1, 2, 4 and 6 recover, 3 and 5 do not: docs/RESULTS.md)")
     p.add_argument("--optimise", default=None, metavar="GROUP,...",
                    help=f"groups to optimise (default: the perturbed ones); groups: {', '.join(scene_theta.GROUPS)}")
     p.add_argument("--iters", type=int, default=d.iterations, help=f"iterations (default {d.iterations})")
