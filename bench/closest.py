@@ -41,6 +41,7 @@ import numpy as np
 from bench import bench_parser, emit, machine_load
 from bench.closest_data import MESHES, cases, diagonal, mesh_named, queries
 from engine.errors import UserError
+from engine.parity import distance_error
 
 SIZES = (128, 1024, 16384, 262144)
 PEERS = ("fcpw-simd", "fcpw", "Open3D", "Warp", "libigl")
@@ -141,11 +142,6 @@ def _alternating(runs: dict[str, tuple[Callable, Callable]], repeats: int, progr
     return times
 
 
-def _distance_err(dist2: np.ndarray, oracle: np.ndarray, scale: float) -> float:
-    """max |d - d_oracle| / scale over the points."""
-    return float(np.max(np.abs(np.sqrt(np.asarray(dist2, np.float64)) - np.sqrt(oracle)))) / scale
-
-
 def _peers(vertices: np.ndarray, faces: np.ndarray, arch: str, wanted: set[str], simd_path: str | None,
            absent: dict[str, str]) -> dict[str, Any]:
     """The peers that can run beside ours here, by name; `absent` gets a reason for each that cannot."""
@@ -197,7 +193,7 @@ def _validate(name: str, found: dict, oracle: np.ndarray | None, scale: float, l
         raise RuntimeError(f"{label}: {name} left points unanswered; not timing")
     if oracle is None:
         return None
-    err = _distance_err(found["dist2"], oracle, scale)
+    err = distance_error(found["dist2"], oracle, scale)
     if not err <= ORACLE_TOL:
         raise RuntimeError(f"{label}: {name}'s distances differ from libigl's by {err:.2g} x the diagonal "
                            f"(tolerance {ORACLE_TOL:g}); not timing")
@@ -213,7 +209,7 @@ def _brute_check(ours: Ours, points: np.ndarray, n_faces: int, scale: float, lab
     """
     k = max(16, min(len(points), BRUTE_TESTS // n_faces))
     found = ours.results(len(points))["dist2"][:k]
-    err = _distance_err(found, ours.bvh.brute_force(points[:k])["dist2"].astype(np.float64), scale)
+    err = distance_error(found, ours.bvh.brute_force(points[:k])["dist2"].astype(np.float64), scale)
     if ours.bvh.counters()["misses"] or not err <= ORACLE_TOL:
         raise RuntimeError(f"{label}: our BVH disagrees with the brute-force kernel ({err:.2g} x the diagonal, "
                            f"tolerance {ORACLE_TOL:g}); not timing")

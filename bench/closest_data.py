@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from engine.parity import mesh_diagonal as diagonal  # the scale every distance error is given in
+
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 MESHES = ("icosphere", "spot254k", "spot1m")
 DISTRIBUTIONS = {"icosphere": ("uniform",), "spot254k": ("near", "far"), "spot1m": ("near", "far")}
@@ -56,10 +58,6 @@ def mesh_named(name: str) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(vertices, np.float64), np.asarray(faces, np.int64)
     raise KeyError(name)
 
-
-def diagonal(vertices: np.ndarray) -> float:
-    """Length of the mesh's bounding-box diagonal (the scale every distance error is given in)."""
-    return float(np.linalg.norm(vertices.max(axis=0) - vertices.min(axis=0)))
 
 
 def queries(vertices: np.ndarray, faces: np.ndarray, distribution: str, n: int, seed: int) -> np.ndarray:

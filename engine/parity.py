@@ -40,6 +40,17 @@ class ParityReport:
         return asdict(self)
 
 
+def mesh_diagonal(vertices: np.ndarray) -> float:
+    """Length of a mesh's bounding-box diagonal (the scale closest-point distance errors are given in)."""
+    return float(np.linalg.norm(vertices.max(axis=0) - vertices.min(axis=0)))
+
+
+def distance_error(dist2_a: np.ndarray, dist2_b: np.ndarray, scale: float) -> float:
+    """max |d_a - d_b| / scale over the points, from squared distances (float64 square roots)."""
+    a, b = np.sqrt(np.asarray(dist2_a, np.float64)), np.sqrt(np.asarray(dist2_b, np.float64))
+    return float(np.max(np.abs(a - b))) / scale
+
+
 def abs_error(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """|a - b| in float64, with inf wherever either side is not finite (unless both agree exactly)."""
     a = np.asarray(a, dtype=np.float64)

@@ -22,6 +22,7 @@ from app.scenes.fit_settings import ASSETS, REAL_TARGETS
 from engine import computations
 from engine.triangle_bvh import sample_queries
 from engine.mesh_io import load_mesh
+from engine.parity import distance_error, mesh_diagonal
 from engine.meshgen import icosphere
 
 QUERIES = 1024  # per mesh: half near the surface, half far
@@ -53,9 +54,7 @@ def run(ctx) -> None:
         out_b = ctx.parity.call("closest_point", vertices=vertices, faces=faces, points=points)
         brute = max(max_rel_err(out[key], out["brute_dist2"])
                     for out in (out_a, out_b) for key in ("dist2", "field_dist2"))
-        diagonal = float(np.linalg.norm(vertices.max(axis=0) - vertices.min(axis=0)))
-        parity = float(np.max(np.abs(np.sqrt(np.asarray(out_a["dist2"], np.float64))
-                                     - np.sqrt(np.asarray(out_b["dist2"], np.float64))))) / diagonal
+        parity = distance_error(out_a["dist2"], out_b["dist2"], mesh_diagonal(vertices))
         guards = sum(int(out[key]) for out in (out_a, out_b) for key in ("misses", "overflows"))
         worst_brute, worst_parity, total = max(worst_brute, brute), max(worst_parity, parity), total + len(points)
         ctx.check(brute <= REL_TOL and parity <= DIAG_TOL and guards == 0,
