@@ -26,16 +26,20 @@ JOINT_TOL_DEG, LETTER_TOL, MIN_ORDERS = 0.5, 0.01, 3.0
 
 
 def run(ctx) -> None:
-    from app.scenes.invert import InverseRender, InvertSettings, render_target, side_by_side
+    from app.scenes.invert import (DEFAULT_STARTS, START_ITERATIONS, InverseRender, InvertSettings, pick_start,
+                                   render_target, side_by_side)
     from app.scenes.robot_arm import theta_at
     from engine.image_io import write_png
+    from engine.render import Camera
 
     truth = theta_at(T)
     target = render_target(truth, WIDTH, HEIGHT)
     start = scene_theta.perturb(truth, PERTURB, SEED)
     started = time.perf_counter()
     settings = InvertSettings(groups=tuple(PERTURB))
-    inv = InverseRender(target, start, truth, WIDTH, HEIGHT, settings=settings)
+    fit_start, multistart = pick_start(target, start, truth, WIDTH, HEIGHT, Camera(), settings, DEFAULT_STARTS,
+                                       START_ITERATIONS)
+    inv = InverseRender(target, fit_start, truth, WIDTH, HEIGHT, settings=settings)
     start_loss = inv.image_loss(start)
     for _ in range(settings.iterations):
         inv.step()
@@ -46,7 +50,8 @@ def run(ctx) -> None:
     start_err, final_err = scene_theta.group_errors(start, truth), scene_theta.group_errors(final, truth)
     joint_start = np.degrees(np.abs(start - truth)[scene_theta.GROUPS["joints"]])
     write_png(ctx.out / "pose_recovery.png", side_by_side(inv.current_image(), target))
-    ctx.metric(t=T, width=WIDTH, height=HEIGHT, seed=SEED, iterations=inv.iteration,
+    ctx.metric(t=T, width=WIDTH, height=HEIGHT, seed=SEED, iterations=inv.iteration, starts=DEFAULT_STARTS,
+               start_losses=[run["image_loss"] for run in multistart["runs"]], picked=multistart["picked"],
                wall_s=round(wall, 1), start_errors=start_err, final_errors=final_err, start_loss=start_loss,
                final_loss=final_loss, orders=orders, losses=inv.losses)
     inv.destroy()
