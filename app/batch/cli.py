@@ -3,10 +3,11 @@ inverse renderings as one command.
 
     python -m app batch fit --targets meshes/ --grid lr=0.01,0.03 seed=0..3 --out out/sweep [--report]
     python -m app batch render --t 0:1:240 --orbit --width 512 --height 256 --out out/orbit
-    python -m app batch invert --grid seed=1..4 t=0.1,0.5 --out out/recoveries
+    python -m app batch invert --grid seed=1..4 t=0.1,0.5 --out out/recoveries   # --grid starts=1,3 to compare
     python -m app batch fit ... --address HEAD:6379       # on a Ray cluster (or RAY_ADDRESS=HEAD:6379)
 
-Each job is one Ray task (app.batch.ray_session); without --address an embedded Ray runs on this
+Each job is one Ray task (app.batch.ray_session); an invert job is `python -m app invert` with its
+flags, its multi-start (`--starts`, default 3) included; without --address an embedded Ray runs on this
 machine. Rerunning the same command skips finished jobs (`--force` redoes them); Ctrl-C keeps the
 finished ones and marks the rest interrupted (exit 130). The table lands in OUT/batch.csv and
 OUT/batch.json (app.batch.store). Exit codes: 0 every job ok; 1 some job failed or diverged (its

@@ -28,7 +28,8 @@ from engine.mesh_io import FORMATS
 
 FIT_KEYS = {"subdiv": int, "iters": int, "lr": float, "smooth": float, "smooth_end": float, "samples": int,
             "seed": int}  # every setting of a fit job, as the `fit` flag of the same name (smooth_end: --smooth-end)
-INVERT_KEYS = {"seed": int, "t": float, "iters": int, "lr": float}  # what `batch invert --grid` sweeps
+INVERT_KEYS = {"seed": int, "t": float, "iters": int, "lr": float, "starts": int}  # what `batch invert --grid` sweeps
+# (each job is `python -m app invert`: its multi-start, --starts, defaults to that command's, 3)
 INVERT_FLAGS = (*INVERT_KEYS, "width", "height", "perturb")  # an invert job's settings: `invert` flags of these names
 
 

@@ -118,7 +118,8 @@ def _snapshot(fit, losses: list[float], tape: dict) -> dict:
 
 def invert_reset(t: float, width: int, height: int, perturbation: float, seed: int, iterations: int) -> dict:
     """Start an inversion: target = the differentiable render of the timeline's frame at t; start = its
-    parameters moved by `perturbation` times the default perturbation of the pose groups (seeded)."""
+    parameters moved by `perturbation` times the default perturbation of the pose groups (seeded). One start: the
+    panel steps it interactively, without `invert`'s multi-start (app.scenes.invert.pick_start)."""
     global _inverse
     from app.scenes.invert import InverseRender, InvertSettings, render_target
     from app.scenes.robot_arm import theta_at
