@@ -9,8 +9,8 @@ by the commands' parsers, the files written and read as they would be):
 `render --edges soft` draws the frame with the differentiable render's soft silhouettes and
 writes it as an 8-bit sRGB PNG that says so in a text chunk; `invert --compare auto` reads
 the chunk and compares the differentiable render of the current theta with it, so the loss
-vanishes at the true pose but for the PNG's 8-bit rounding. Same start (seed), schedule and
-goals as `pose_recovery`; the checks read `invert.json`. A hard-edged PNG (`render`'s default)
+vanishes at the true pose but for the PNG's 8-bit rounding. Same start (seed), multi-start,
+schedule and goals as `pose_recovery`; the checks read `invert.json`. A hard-edged PNG (`render`'s default)
 does not meet them (about a degree: docs/RESULTS.md).
 """
 from __future__ import annotations
@@ -36,8 +36,10 @@ def run(ctx) -> None:
     record = json.loads((folder / "invert" / "invert.json").read_text())
     start, final = record["errors"]["start"], record["errors"]["final"]
     loss = record["image_loss"]
+    multistart = record["multistart"]
     ctx.metric(t=T, width=WIDTH, height=HEIGHT, seed=SEED, compare=record["settings"]["compare"],
-               iterations=record["iterations"], wall_s=record["wall_s"], start_errors=start, final_errors=final,
+               iterations=record["iterations"], starts=multistart["starts"],
+               start_losses=[run["image_loss"] for run in multistart.get("runs", [])], picked=multistart.get("picked"), wall_s=record["wall_s"], start_errors=start, final_errors=final,
                start_loss=loss["start"], final_loss=loss["final"], orders=loss["orders"])
     ctx.check(record["settings"]["compare"] == "diff", f"pose recovery from a PNG: `invert --compare auto` compares "
                                                        f"the {record['settings']['compare']} image with the soft PNG")
