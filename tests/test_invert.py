@@ -39,6 +39,7 @@ def _one_error_line(result: subprocess.CompletedProcess, words: str) -> None:
     (["--levels", "9"], "--levels 9"),
     (["--lr", "-1"], "--lr"),
     (["--iters", "x"], "invalid int"),
+    (["--starts", "0"], "--starts"),
 ])
 def test_bad_flags_are_one_error_line(flags, words):
     _one_error_line(_invert(*flags, "--arch", "cpu"), words)
