@@ -30,7 +30,8 @@ the joint with the longest lever on the image, and the one measured to start on 
 basin (seed 5: the other joints ~18 degrees off, a yaw error of 20 degrees or more moves the arm's
 image off its target and the fit turns yaw the wrong way; docs/RESULTS.md). 15 degrees is under the
 perturbation's 15-20, so one of +-15 lands within ~5 degrees of the truth when yaw starts 15-20
-off. K = 1 runs no short run: the fit of the perturbed start, as before the multi-start. The spread
+off. K = 1 runs no short run: the fit of the perturbed start, as before the multi-start. Seeds 1-6 and 8
+recover with K = 3 (1, 2, 4, 6 with K = 1); seed 7 with neither (its wrist: docs/RESULTS.md). The spread
 needs the joints optimised (`--optimise`); without them K is 1.
 
 CLI: python -m app invert [--t T | --target-image PNG] [--set NAME=V,...] [--perturb GROUP=M,...]
@@ -61,7 +62,7 @@ MAX_WIDTH, MAX_HEIGHT = 512, 256  # the shared differentiable renderer's size: o
 DEFAULT_PERTURB = "joints=20,gripper=0.03,letter=0.2,letter_angles=10"
 DEFAULT_T = 0.1  # the arm stands clear of the tiles against the floor; the fallen tile lies on the table
 log = logging.getLogger(__name__)
-DEFAULT_STARTS = 3  # multi-start: starts spread over the base yaw (docs/RESULTS.md: seeds 1-8 with 1 and 3)
+DEFAULT_STARTS = 3  # multi-start: starts spread over the base yaw (docs/RESULTS.md: seeds 1-8 with 3 starts)
 START_ITERATIONS = 50  # each start's short run: the first iterations of the fit's schedule
 SPREAD_NAME, SPREAD_DEG = "yaw", 15.0  # the parameter the starts spread over, and the spacing (degrees)
 OUTPUTS = ("invert.json", "loss.png", "loss.svg", "progress.gif", "frames/iter_*.png")
@@ -289,8 +290,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"start = target moved by up to M per group, at least 3/4 M (angles in degrees, albedo "
                         f"relative), seeded; 'default' = {scene_theta.DEFAULT_PERTURB} (default: {DEFAULT_PERTURB})")
     p.add_argument("--seed", type=int, default=2, help="seed of the perturbation (default 2, the claim pose_recovery's; "
-                   "with the default --starts seeds 1-8 recover from a rendered target, with --starts 1 seeds 3 and 5 do "
-                   "not: docs/RESULTS.md)")
+                   "from a rendered target with the default --starts 3 seeds 1-6 and 8 of 1-8 recover, 7 does not; with "
+                   "--starts 1 seeds 3, 5 and 7 do not: docs/RESULTS.md)")
     p.add_argument("--starts", type=int, default=DEFAULT_STARTS, metavar="K",
                    help=f"multi-start: K short runs from the start with the base yaw moved by 0, +{SPREAD_DEG:g}, "
                         f"-{SPREAD_DEG:g}, +{2 * SPREAD_DEG:g}, ... degrees; the lowest image loss is fitted with the "

@@ -142,7 +142,7 @@ class InvertView:
 
     t: float = 0.1  # the timeline frame that is the target
     perturbation: float = 1.0  # times the default start perturbation (joints 20 deg, gripper 0.03 m, letter 0.2 ...)
-    seed: int = 2  # the claim pose_recovery's (one start, no multi-start: seeds 3 and 5 do not recover)
+    seed: int = 2  # the claim pose_recovery's (one start, no multi-start: seeds 3, 5, 7 do not recover)
     running: bool = False  # Start/Pause: the controller keeps sending batches while True
     max_iterations: int = 400  # the claim's schedule
     iteration: int = 0

@@ -6,7 +6,7 @@ perturbation (a multiple of the default: joints 20 degrees, gripper 0.03 m, lett
 its angles 10 degrees) with its seed. Changing the perturbation or the seed restarts the
 inversion. The work runs in the primary backend worker (app.ui.services.invert_*), like
 the shape fit. The panel fits from the seeded start alone: it does not run `invert`'s multi-start
-(`--starts`, app.scenes.invert.pick_start), so seeds 3 and 5 end off the pose here (the seed's
+(`--starts`, app.scenes.invert.pick_start), so seeds 3, 5 and 7 end off the pose here (the seed's
 tooltip says so).
 """
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _controls(state: AppState) -> None:
     imgui.set_next_item_width(imgui.get_font_size() * 4)
     c, view.seed = imgui.input_int("seed", view.seed)
     changed |= c
-    imgui.set_item_tooltip("the perturbation's seed; the panel fits from this one start (seeds 3 and 5 do not "
+    imgui.set_item_tooltip("the perturbation's seed; the panel fits from this one start (seeds 3, 5 and 7 do not "
                            "recover from theirs). `python -m app invert --starts 3` (its default) first tries three "
                            "starts spread over the base yaw and fits the best one")
     imgui.begin_disabled(not view.ready or view.busy)
