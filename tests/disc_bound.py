@@ -15,6 +15,8 @@ def disc_lower_bounds(p: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), t: ti.typ
     around the engine's functions)."""
     for i in range(p.shape[0]):
         m = t[i]
-        u, centre, radius, slack, _ = _disc(ti.Vector([m[0, 0], m[0, 1], m[0, 2]]), ti.Vector([m[1, 0], m[1, 1], m[1, 2]]),
-                                            ti.Vector([m[2, 0], m[2, 1], m[2, 2]]))
+        a = ti.Vector([m[0, 0], m[0, 1], m[0, 2]])
+        b = ti.Vector([m[1, 0], m[1, 1], m[1, 2]])
+        c = ti.Vector([m[2, 0], m[2, 1], m[2, 2]])
+        u, centre, radius, slack, _ = _disc(a, b, c)
         out[i] = _cylinder_distance2(p[i], u, centre, radius, 0.0, slack)
