@@ -38,7 +38,8 @@ from engine.errors import UserError
 from engine.interrupt import signals_ignored
 
 log = logging.getLogger(__name__)
-DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_TIMEOUT_S = 900.0  # a backstop: a cold compile of the differentiable renderer took > 300 s on a loaded
+# 2-core machine; a worker that hangs without using CPU is caught by IDLE_LIMIT_S long before
 WATCH_S = 0.25  # how often a waiting parent looks at the worker process
 STOPPED_GRACE_S = 2.0  # a worker stopped (SIGSTOP, a debugger) this long is given up
 IDLE_LIMIT_S = 20.0  # a worker asleep this long in a call without using CPU time is wedged

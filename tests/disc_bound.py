@@ -5,7 +5,7 @@ modules' `from __future__ import annotations` would turn into strings.
 """
 import taichi as ti
 
-from engine.kernels.bvh_query import CORNER_PACKET, _cylinder_distance2, _packet_bounds
+from engine.kernels.bvh_query import _cylinder_distance2, _disc
 
 
 @ti.kernel
@@ -15,10 +15,8 @@ def disc_lower_bounds(p: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), t: ti.typ
     around the engine's functions)."""
     for i in range(p.shape[0]):
         m = t[i]
-        corners = ti.Vector([0.0] * CORNER_PACKET, dt=ti.f32)  # the triangle in all four slots
-        for row in ti.static(range(9)):
-            for lane in ti.static(range(4)):
-                corners[4 * row + lane] = m[row // 3, row % 3]
-        bound = _packet_bounds(corners)[0]
-        out[i] = _cylinder_distance2(p[i], ti.Vector([bound[0], bound[4], bound[8]]),
-                                     ti.Vector([bound[12], bound[16], bound[20]]), bound[24], 0.0, bound[28])
+        a = ti.Vector([m[0, 0], m[0, 1], m[0, 2]])
+        b = ti.Vector([m[1, 0], m[1, 1], m[1, 2]])
+        c = ti.Vector([m[2, 0], m[2, 1], m[2, 2]])
+        u, centre, radius, slack, _ = _disc(a, b, c)
+        out[i] = _cylinder_distance2(p[i], u, centre, radius, 0.0, slack)

@@ -171,26 +171,29 @@ def png_edges(path: str | Path) -> str | None:
     return next((kind for kind in EDGE_KINDS if value.startswith(kind + ":")), None)
 
 
-def _write_frame(renderer, out: Path, rgb, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
-    """One frame's files; returns their names and the AOV labels."""
-    from engine.render import MAX_DEPTH, MAX_STEPS
-
+def _write_frame(out: Path, rgb, args: argparse.Namespace) -> list[str]:
+    """One frame's image files (the PNG, and the float frame with --float); returns their names."""
     written = ["frame.png"]
     image_io.write_png(out / "frame.png", image_io.srgb8(rgb), text=png_text(args.edges))
-    floats = args.float_format != "none"
-    if floats:
+    if args.float_format != "none":
         image_io.write_float(out / f"frame.{args.float_format}", rgb)
         written.append(f"frame.{args.float_format}")
-    if args.aov != "all":
-        return written, {}
+    return written
+
+
+def _write_aovs(renderer, out: Path, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """`--aov all`: the forward ray marcher's depth, normals and steps (and their floats); names and labels."""
+    from engine.render import MAX_DEPTH, MAX_STEPS
+
     labels = _aov_labels(renderer)
     images = {"depth.png": image_io.depth_image(renderer.depth(), MAX_DEPTH),
               "normals.png": image_io.normal_image(renderer.normals()),
               "steps.png": image_io.heatmap(renderer.steps(), 0, MAX_STEPS)}
+    written = []
     for name, pixels in images.items():
         image_io.write_png(out / name, pixels, text={"Description": labels[name], "Software": "shannon-autograd"})
         written.append(name)
-    if floats:
+    if args.float_format != "none":
         for name, data in (("depth", renderer.depth()), ("normals", renderer.normals())):
             image_io.write_float(out / f"{name}.{args.float_format}", data)
             written.append(f"{name}.{args.float_format}")
@@ -228,7 +231,10 @@ def _render(args: argparse.Namespace, camera, videos: tuple[str, ...], out: Path
     if args.frames == 0:
         rgb = draw(args.t)
         kernel = f" (kernel {renderer.last_ms:.0f} ms)" if renderer else ""
-        written, labels = _write_frame(renderer, out, rgb, args)
+        written, labels = _write_frame(out, rgb, args), {}
+        if args.aov == "all":  # hard edges only (_validate refuses --aov with --edges soft)
+            aovs, labels = _write_aovs(renderer, out, args)
+            written += aovs
         record.update(aovs=labels)
         summary = (f"rendered t={args.t:g} at {args.width}x{args.height} ({args.edges} edges) on {running.name} in "
                    f"{time.perf_counter() - started:.2f} s{kernel} -> {out}/frame.png")

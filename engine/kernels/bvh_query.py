@@ -98,43 +98,22 @@ def _unit(v):
 
 
 @ti.func
-def _lanes(packet, row: ti.template()):
-    """Row `row` of a packet (one value of its four slots, e.g. a.x) as a 4-vector."""
-    return ti.Vector([packet[4 * row], packet[4 * row + 1], packet[4 * row + 2], packet[4 * row + 3]])
-
-
-@ti.func
-def _packet_bounds(corners):
-    """The disc bounds of a packet's four triangles (BOUND_PACKET floats, lane by lane: the plane
-    normal n, the centroid m, the radius of the corners about m (which bounds the lateral one),
-    and the slack), and their unnormalised normals (three 4-vectors, x, y, z). Written on the
-    packet's rows, so that each operation covers the four lanes (LLVM computes them in vectors).
-    The corners' distance T from the computed plane (rounding, or the inaccurate normal of a
-    sliver) goes into the slack: 2|h|T <= SLACK h^2 + T^2 / SLACK. NaN corners (an empty slot)
-    give NaN: never near."""
-    ax, ay, az = _lanes(corners, 0), _lanes(corners, 1), _lanes(corners, 2)
-    bx, by, bz = _lanes(corners, 3), _lanes(corners, 4), _lanes(corners, 5)
-    cx, cy, cz = _lanes(corners, 6), _lanes(corners, 7), _lanes(corners, 8)
-    e1x, e1y, e1z, e2x, e2y, e2z = bx - ax, by - ay, bz - az, cx - ax, cy - ay, cz - az
-    nx, ny, nz = e1y * e2z - e1z * e2y, e1z * e2x - e1x * e2z, e1x * e2y - e1y * e2x
-    length = ti.sqrt(nx * nx + ny * ny + nz * nz)
-    inv = 1.0 / _max(length, 1e-30)
-    ux = ti.select(length > 0.0, nx * inv, 0.0)  # as `_unit`: +z for a zero normal
-    uy = ti.select(length > 0.0, ny * inv, 0.0)
-    uz = ti.select(length > 0.0, nz * inv, 1.0)
-    mx, my, mz = (ax + bx + cx) * (1.0 / 3.0), (ay + by + cy) * (1.0 / 3.0), (az + bz + cz) * (1.0 / 3.0)
-    wax, way, waz, wbx, wby, wbz = ax - mx, ay - my, az - mz, bx - mx, by - my, bz - mz
-    wcx, wcy, wcz = cx - mx, cy - my, cz - mz
-    radius = ti.sqrt(_max(_max(wax * wax + way * way + waz * waz, wbx * wbx + wby * wby + wbz * wbz),
-                          wcx * wcx + wcy * wcy + wcz * wcz))
-    thickness = _max(_max(ti.abs(ux * wax + uy * way + uz * waz), ti.abs(ux * wbx + uy * wby + uz * wbz)),
-                     ti.abs(ux * wcx + uy * wcy + uz * wcz))
-    slack = SLACK * radius * radius + thickness * thickness * (1.0 / SLACK)
-    bounds = ti.Vector([0.0] * BOUND_PACKET, dt=ti.f32)
-    for lane in ti.static(range(4)):
-        for row, values in ti.static(enumerate((ux, uy, uz, mx, my, mz, radius, slack))):
-            bounds[4 * row + lane] = values[lane]
-    return bounds, nx, ny, nz
+def _disc(a, b, c):
+    """The disc bound of triangle (a, b, c): the unit plane normal u, the centroid m, the radius of
+    the corners about m (which bounds the lateral one) and the slack, and the unnormalised normal n.
+    The corners' distance T from the computed plane (rounding, or the inaccurate normal of a sliver)
+    goes into the slack: 2|h|T <= SLACK h^2 + T^2 / SLACK. One triangle in scalars: on the CPU,
+    LLVM gives the fewest instructions per triangle that way (four slots' lanes at once came out
+    mostly scalar anyway, with shuffles and spills; docs/RESULTS.md)."""
+    e1, e2 = b - a, c - a
+    n = ti.Vector([e1[1] * e2[2] - e1[2] * e2[1], e1[2] * e2[0] - e1[0] * e2[2], e1[0] * e2[1] - e1[1] * e2[0]])
+    length = ti.sqrt(n.dot(n))
+    u = ti.select(length > 0.0, n * (1.0 / _max(length, 1e-30)), ti.Vector([0.0, 0.0, 1.0], dt=ti.f32))  # `_unit`
+    m = (a + b + c) * (1.0 / 3.0)
+    wa, wb, wc = a - m, b - m, c - m
+    radius = ti.sqrt(_max(_max(wa.dot(wa), wb.dot(wb)), wc.dot(wc)))
+    thickness = _max(_max(ti.abs(u.dot(wa)), ti.abs(u.dot(wb))), ti.abs(u.dot(wc)))
+    return u, m, radius, SLACK * radius * radius + thickness * thickness * (1.0 / SLACK), n
 
 
 @ti.func
@@ -234,75 +213,60 @@ def copy_vertices(source: ti.template(), vertices: ti.types.ndarray(), serial: t
         vertices[v] = ti.cast(source[v], ti.f32)
 
 
-@ti.func
-def _lanes_min(v):
-    """The least of four lanes of which a prefix holds numbers and the rest NaN (NaN if none):
-    select-based, each comparison has the lane that may be NaN first."""
-    return _min(_min(v[3], v[2]), _min(v[1], v[0]))
-
-
-@ti.func
-def _lanes_max(v):
-    return _max(_max(v[3], v[2]), _max(v[1], v[0]))
-
-
 @ti.kernel
 def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
                  leaf_start: ti.types.ndarray(), corner_packets: ti.types.ndarray(),
                  bound_packets: ti.types.ndarray(), node_bound: ti.types.ndarray(), nodes: ti.types.ndarray(),
                  first_leaf: ti.i32, width: ti.i32, top_end: ti.i32):
-    """Refit, first step: gather each leaf's triangles from `vertices` into its `width` slots,
-    four at a time (a packet; slots past the leaf's count hold NaN corners: never near), then
-    their disc bounds (`_packet_bounds`) and the leaf's bound. Every step works on a packet's
-    four lanes alike, so LLVM computes them in vectors; the box and the normal sum are kept per
-    lane and reduced once per leaf, NaN-safely (`_lanes_min`). Then, in the same launch, inner
-    nodes top_end - 1 .. 0 serially, children before parents (`refit_level`'s serial case): a
-    small tree's whole refit in one launch (the host passes top_end = first_leaf when no inner
-    level is large enough to run in parallel, else 0)."""
+    """Refit, first step, leaf by leaf: each triangle's corners from `vertices` into its slot of the
+    leaf's packets, its disc bound (`_disc`), the leaf's box and normal sum; NaN in the slots past
+    the leaf's count (never near); then the leaf's slab-cylinder about its box centre and mean
+    plane, its corners gathered again (cheaper on the CPU than reading them back from the packets).
+    A triangle at a time in scalars: on the CPU the fewest instructions per triangle (four slots at
+    a time measured 1.5x slower, docs/RESULTS.md). Then, in the same launch, inner nodes
+    top_end - 1 .. 0 serially, children before parents (`refit_level`'s serial case): a small
+    tree's whole refit in one launch (the host passes top_end = first_leaf when no inner level is
+    large enough to run in parallel, else 0)."""
     for k in range(leaf_start.shape[0] - 1):
         start, count, first = leaf_start[k], leaf_start[k + 1] - leaf_start[k], k * (width // 4)
-        lo_x = ti.Vector([_INF] * 4, dt=ti.f32)
-        hi_x = ti.Vector([-_INF] * 4, dt=ti.f32)
-        sum_x = ti.Vector([0.0] * 4, dt=ti.f32)
-        lo_y, lo_z, hi_y, hi_z, sum_y, sum_z = lo_x, lo_x, hi_x, hi_x, sum_x, sum_x
-        for packet in range(width // 4):
-            corners = ti.Vector([0.0] * CORNER_PACKET, dt=ti.f32)
-            for lane in ti.static(range(4)):  # branch-free: an empty slot reads the leaf's last face, then NaN
-                valid = 4 * packet + lane < count
-                f = tree_faces[start + ti.min(4 * packet + lane, count - 1)]
-                for corner in ti.static(range(3)):
-                    x = vertices[f[corner]]
-                    for e in ti.static(range(3)):
-                        corners[4 * (3 * corner + e) + lane] = ti.select(valid, x[e], _NAN)
-            corner_packets[first + packet] = corners
-            bounds, nx, ny, nz = _packet_bounds(corners)
-            bound_packets[first + packet] = bounds
-            valid = ti.Vector([4 * packet, 4 * packet + 1, 4 * packet + 2, 4 * packet + 3]) < count
-            sum_x, sum_y, sum_z = sum_x + ti.select(valid, nx, 0.0), sum_y + ti.select(valid, ny, 0.0), \
-                sum_z + ti.select(valid, nz, 0.0)
-            # each corner's row first: NaN lanes (empty slots) change nothing
-            lo_x = _min(_min(_min(_lanes(corners, 0), _lanes(corners, 3)), _lanes(corners, 6)), lo_x)
-            lo_y = _min(_min(_min(_lanes(corners, 1), _lanes(corners, 4)), _lanes(corners, 7)), lo_y)
-            lo_z = _min(_min(_min(_lanes(corners, 2), _lanes(corners, 5)), _lanes(corners, 8)), lo_z)
-            hi_x = _max(_max(_max(_lanes(corners, 0), _lanes(corners, 3)), _lanes(corners, 6)), hi_x)
-            hi_y = _max(_max(_max(_lanes(corners, 1), _lanes(corners, 4)), _lanes(corners, 7)), hi_y)
-            hi_z = _max(_max(_max(_lanes(corners, 2), _lanes(corners, 5)), _lanes(corners, 8)), hi_z)
-        box_lo = ti.Vector([_lanes_min(lo_x), _lanes_min(lo_y), _lanes_min(lo_z)])
-        box_hi = ti.Vector([_lanes_max(hi_x), _lanes_max(hi_y), _lanes_max(hi_z)])
-        axis = _unit(ti.Vector([sum_x.sum(), sum_y.sum(), sum_z.sum()]))  # the area-weighted normal: the mean plane
-        centre = (box_lo + box_hi) * 0.5
-        radius2 = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
-        thickness = ti.Vector([0.0, 0.0, 0.0, 0.0], dt=ti.f32)
-        for packet in range(width // 4):
-            corners = corner_packets[first + packet]
-            for corner in ti.static(range(3)):  # on the packet's rows, as above
-                wx = _lanes(corners, 3 * corner) - centre[0]
-                wy = _lanes(corners, 3 * corner + 1) - centre[1]
-                wz = _lanes(corners, 3 * corner + 2) - centre[2]
-                radius2 = _max(wx * wx + wy * wy + wz * wz, radius2)  # the 3D distance bounds the lateral one
-                thickness = _max(ti.abs(axis[0] * wx + axis[1] * wy + axis[2] * wz), thickness)
-        node_bound[first_leaf + k] = _bound_vector(box_lo, box_hi, axis, centre, ti.sqrt(_lanes_max(radius2)),
-                                                   _lanes_max(thickness))
+        lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
+        hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
+        normals = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
+        for t in range(count):
+            f = tree_faces[start + t]
+            a, b, c = vertices[f[0]], vertices[f[1]], vertices[f[2]]
+            packet, lane = first + (t >> 2), t & 3
+            # lane by lane: a.x of slots 0..3, a.y, ... (CORNER_PACKET, BOUND_PACKET); each array's stores
+            # together (a store may alias the arguments, so LLVM reloads the other array's pointer after it)
+            for e in ti.static(range(3)):
+                corner_packets[packet][4 * e + lane] = a[e]
+                corner_packets[packet][4 * (3 + e) + lane] = b[e]
+                corner_packets[packet][4 * (6 + e) + lane] = c[e]
+            u, m, radius, slack, n = _disc(a, b, c)
+            for e in ti.static(range(3)):
+                bound_packets[packet][4 * e + lane] = u[e]
+                bound_packets[packet][4 * (3 + e) + lane] = m[e]
+            bound_packets[packet][24 + lane] = radius
+            bound_packets[packet][28 + lane] = slack
+            normals += n
+            lo, hi = _min(_min(_min(lo, a), b), c), _max(_max(_max(hi, a), b), c)
+        for t in range(count, width):  # empty slots
+            packet, lane = first + (t >> 2), t & 3
+            for row in ti.static(range(CORNER_PACKET // 4)):
+                corner_packets[packet][4 * row + lane] = _NAN
+            for row in ti.static(range(BOUND_PACKET // 4)):
+                bound_packets[packet][4 * row + lane] = _NAN
+        axis = _unit(normals)  # the area-weighted normal: the mean plane
+        centre = (lo + hi) * 0.5
+        radius2 = 0.0
+        thickness = 0.0
+        for t in range(count):
+            f = tree_faces[start + t]
+            for corner in ti.static(range(3)):
+                w = vertices[f[corner]] - centre
+                radius2 = _max(w.dot(w), radius2)  # the 3D distance bounds the lateral one
+                thickness = _max(ti.abs(axis.dot(w)), thickness)
+        node_bound[first_leaf + k] = _bound_vector(lo, hi, axis, centre, ti.sqrt(radius2), thickness)
     ti.loop_config(serialize=True)
     for j in range(top_end):
         _refit_node(nodes, node_bound, top_end - 1 - j)
