@@ -180,6 +180,7 @@ class Ours:
         hold, forward, backward = [], [], []
         for _ in range(repeats):
             started = time.perf_counter()
+            r._march()
             r._hold()
             hold.append(time.perf_counter() - started)
             r.tape.reset()

@@ -16,12 +16,14 @@ Kernels: `engine.kernels.raymarch_grad` (hold, sdf_samples, shade_slots, compose
 docstring explains the method), `.kinematics`, `.softmin`, `.image_loss`, `.reduce`.
 One evaluation on the tape:
 
-1. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums);
-2. custom step "render: march and hold (untaped)": the kinematics once (`kinematics`), `hold`
-   (which also evaluates the SDF at the held points), and the samples' adjoint with unit seeds
-   (Taichi's `sdf_samples.grad` at the rows of 1.): the spatial gradients at the held points and
-   each slot's d(sample)/d theta (`keep_jacobian`); no adjoint of its own: the march is not
-   differentiated, what it holds is re-evaluated below;
+1. custom step "render: march (untaped)": the kinematics once (`kinematics`), `march_pixels`, and
+   `reduce.compact`: the slots that exist (hits, edge layers within reach), listed in order;
+   only those are stored and computed from here on (SLOTS_PER_PIXEL of room per pixel);
+2. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums); custom
+   step "render: hold (untaped)": `hold` (which also evaluates the SDF at the held points), and
+   the samples' adjoint with unit seeds (Taichi's `sdf_samples.grad` at those rows): the spatial
+   gradients at the held points and each slot's d(sample)/d theta (`keep_jacobian`); no adjoint
+   of its own: the march is not differentiated, what it holds is re-evaluated below;
 3. custom step "render: SDF at the held points": the values of 2., with `samples_adjoint` (the
    kept Jacobians times the samples' adjoints) as its backward; 4. `shade_slots` (Taichi's
    adjoint: hits by a Newton step, edges and shadows by the envelope theorem);
@@ -41,6 +43,8 @@ run on one backend (no float atomics shared between threads anywhere).
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import taichi as ti
 
@@ -58,6 +62,10 @@ from engine.launch import custom, dispatch, launch, recording
 from engine.render import Camera, camera_params, check_size
 
 MAX_LEVELS = 4  # pyramid levels allocated (level l is 2^l times coarser)
+# Slots allocated per pixel (`rg.march_pixels` / `reduce.compact`): the hit (at most one per pixel) and
+# room for edge layers on half the pixels (measured at 1024x512: edge layers on 1.7 % of the pixels).
+# A view with more drops the edge layers past the room (logged), rather than allocate 3 slots per pixel.
+SLOTS_PER_PIXEL = 1.5
 COMPARE_KINDS = ("diff", "forward")  # which image the loss compares with the target (DiffRenderer.set_compare)
 DEFAULT_KAPPA = 8.0  # soft-minimum sharpness over a pixel's edge layers: ratios within ~1/8 pixel footprint blend
 
@@ -77,7 +85,8 @@ class DiffRenderer:
         check_size(max_width, max_height)
         self.max_width, self.max_height = int(max_width), int(max_height)
         max_px = self.max_width * self.max_height
-        max_slots = rg.N_LAYERS * max_px
+        max_slots = int(max_px * SLOTS_PER_PIXEL)  # compact slots: only those that exist (`_march`)
+        self.n_slots = 0
         # three groups, each within one Vulkan storage buffer at 512x256 (engine.fields.VULKAN_MAX_BYTES)
         g = FieldGroup()
         self.groups = [g]
@@ -88,7 +97,12 @@ class DiffRenderer:
         self.cam = g.field(ti.f32, (rg.N_CAM,))
         g = FieldGroup()
         self.groups.append(g)
-        self.active = g.field(ti.i32, (max_slots,))
+        self.active = g.field(ti.i32, (rg.N_LAYERS * max_px,))  # per pixel slot: does that slot exist
+        self.march_t = g.field(ti.f32, (max_px,))
+        self.march_edges = g.vector(2, ti.f32, (max_px, rg.N_LAYERS - 1))
+        self.slot_pos = g.field(ti.i32, (max_slots,))  # compact slot -> pixel slot (layer * n_px + px)
+        self.slot_count = g.field(ti.i32, ())
+        self.compact_partial = g.field(ti.i32, (-(-rg.N_LAYERS * max_px // red.BLOCK),))
         self.held_t = g.field(ti.f32, (max_slots,))
         self.held_mat = g.field(ti.i32, (max_slots,))
         self.held_ao = g.field(ti.f32, (max_slots,))
@@ -98,8 +112,8 @@ class DiffRenderer:
         g = FieldGroup()
         self.groups.append(g)
         self.values = g.field(ti.f32, (max_slots, rg.N_SAMPLES), needs_grad=True)
-        self.colour = g.vector(3, ti.f32, (max_slots,), needs_grad=True)
-        self.ratio = g.field(ti.f32, (max_slots,), needs_grad=True)
+        self.colour = g.vector(3, ti.f32, (rg.N_LAYERS * max_px,), needs_grad=True)  # per pixel slot
+        self.ratio = g.field(ti.f32, (rg.N_LAYERS * max_px,), needs_grad=True)
         self.soft_ratio = g.field(ti.f32, (max_px,), needs_grad=True)
         self.soft_colour = g.vector(3, ti.f32, (max_px,), needs_grad=True)
         self.weight = g.field(ti.f32, (max_px, rg.N_LAYERS - 1))
@@ -217,17 +231,20 @@ class DiffRenderer:
         """The image, and the loss if a target is set, as launches on the active tape (or just run)."""
         if not self.width:
             raise RuntimeError("DiffRenderer: set_view first")
-        n_px, n_slots = self.n_px, rg.N_LAYERS * self.n_px
+        n_px = self.n_px
+        custom("render: march (untaped)", self._march, _no_adjoint, reads=[self.theta],
+               writes=[self.scene, self.active, self.march_t, self.march_edges, self.slot_pos, self.slot_count])
+        n_slots = self.n_slots
         launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial,
                name="render: theta per slot")
         taped = recording()  # (read here: a custom step's forward runs with the tape paused)
-        custom("render: march and hold (untaped)", lambda: self._hold(taped), _no_adjoint,
-               reads=[self.theta, self.theta_slots],
-               writes=[self.theta_fixed, self.active, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
-                       self.held_grad, self.jacobian, self.scene])
+        custom("render: hold (untaped)", lambda: self._hold(taped), _no_adjoint,
+               reads=[self.theta, self.theta_slots, self.scene, self.march_t, self.march_edges, self.slot_pos],
+               writes=[self.theta_fixed, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
+                       self.held_grad, self.jacobian])
         custom("render: SDF at the held points", _already_evaluated, self._samples_adjoint,
                reads=[self.theta_slots, self.points, self.jacobian], writes=[self.values])
-        launch(rg.shade_slots, self.theta_slots, self.cam, self.width, self.height, n_slots, self.active,
+        launch(rg.shade_slots, self.theta_slots, self.cam, self.width, self.height, self.slot_pos, n_slots,
                self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.held_grad,
                self.values, self.colour, self.ratio, name="render: shade slots (Newton step, edges, shadows)")
         launch(soft_min_layers, self.ratio, self.colour, self.active, n_px, self.kappa, self.soft_ratio,
@@ -243,23 +260,38 @@ class DiffRenderer:
         if self.has_target:
             self._record_loss()
 
+    def _march(self) -> None:
+        """Untaped: the kinematics, the march, and the list of the slots that exist (`n_slots` of them)."""
+        n_pixel_slots = rg.N_LAYERS * self.n_px
+        capacity = self.slot_pos.shape[0]
+        launch(kinematics, self.theta, self.scene)
+        launch(rg.march_pixels, self.scene, self.cam, self.width, self.height, self.edge_px, self.active,
+               self.march_t, self.march_edges)
+        launch(red.compact, self.active, n_pixel_slots, capacity, self.compact_partial, self.slot_pos,
+               self.slot_count)
+        count = int(self.slot_count[None])
+        if count > capacity:
+            logging.getLogger(__name__).warning(
+                "%d slots at %dx%d, room for %d: the last %d edge layers dropped", count, self.width, self.height,
+                capacity, count - capacity)
+        self.n_slots = min(count, capacity)
+
     def _hold(self, jacobian: bool = True) -> None:
-        """Untaped: march and hold; then the SDF's spatial gradient at every held point, exactly, from
-        the sample kernel's adjoint seeded with ones. With `jacobian` (a taped evaluation) that adjoint
+        """Untaped, after `_march`: hold every slot; then the SDF's spatial gradient at every held point, exactly,
+        from the sample kernel's adjoint seeded with ones. With `jacobian` (a taped evaluation) that adjoint
         reads the per-slot rows of theta and its parameter gradient is kept too (`rg.keep_jacobian`):
         the backward then needs no second SDF adjoint (`_samples_adjoint`); without, it reads the
         gradient-free copy of theta and computes no parameter gradient."""
-        n_slots = rg.N_LAYERS * self.n_px
-        launch(kinematics, self.theta, self.scene)
-        launch(rg.hold, self.scene, self.cam, self.width, self.height, self.edge_px, self.active, self.held_t,
-               self.held_mat, self.held_ao, self.held_shadow, self.points, self.values)
+        n_slots = self.n_slots
+        launch(rg.hold, self.scene, self.cam, self.width, self.height, self.slot_pos, n_slots, self.march_t,
+               self.march_edges, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.values)
         self.theta_fixed.copy_from(self.theta)
         self.points.grad.fill(0.0)
         launch(rg.seed_samples, self.values, n_slots)
         for j in range(rg.N_SAMPLES):
             dispatch(rg.sdf_samples.grad, self._sample_args(j, self.theta_slots if jacobian else self.theta_fixed))
             if jacobian:
-                launch(rg.keep_jacobian, self.theta_slots, self.active, n_slots, j, self.jacobian)
+                launch(rg.keep_jacobian, self.theta_slots, n_slots, j, self.jacobian)
         launch(rg.hold_gradients, self.points, n_slots, self.held_grad)
         for grad in (self.points.grad, self.values.grad):
             grad.fill(0.0)
@@ -273,11 +305,11 @@ class DiffRenderer:
         self._forward.render_packed(prm)
 
     def _sample_args(self, j: int, theta) -> tuple:
-        return (theta, self.points, self.active, self.held_shadow, rg.N_LAYERS * self.n_px, j, self.values)
+        return (theta, self.points, self.held_shadow, self.n_slots, j, self.values)
 
     def _samples_adjoint(self) -> None:
         """The sample launches' adjoint in theta: theta_slots.grad from values.grad and the Jacobians the hold kept."""
-        launch(rg.samples_adjoint, self.values, self.jacobian, self.active, rg.N_LAYERS * self.n_px, self.theta_slots)
+        launch(rg.samples_adjoint, self.values, self.jacobian, self.n_slots, self.theta_slots)
 
     def _record_loss(self) -> None:
         self.loss.fill(0.0)  # Taichi's own fill: neither recorded nor differentiated
@@ -360,14 +392,22 @@ def held_layers(r: DiffRenderer) -> dict[str, np.ndarray]:
     whose ratio is inside the edge width, so it covers part of its pixel), material, ao, normal (... 3)."""
     n = r.n_px
     shape = (rg.N_LAYERS, r.height, r.width)
-    grad = r.held_grad.to_numpy()[:rg.N_LAYERS * n, rg.S_POINT].reshape(*shape, 3)
+    grad = per_pixel_slot(r, r.held_grad.to_numpy()[:, rg.S_POINT]).reshape(*shape, 3)
     normal = grad / np.maximum(np.linalg.norm(grad, axis=-1, keepdims=True), 1e-12)
     active = r.active.to_numpy()[:rg.N_LAYERS * n].reshape(shape) != 0
     covering = active & (r.ratio.to_numpy()[:rg.N_LAYERS * n].reshape(shape) < r.edge_px)
     covering[0] = False
     return {"active": active, "covering": covering,
-            "material": r.held_mat.to_numpy()[:rg.N_LAYERS * n].reshape(shape),
-            "ao": r.held_ao.to_numpy()[:rg.N_LAYERS * n].reshape(shape), "normal": normal}
+            "material": per_pixel_slot(r, r.held_mat.to_numpy()).reshape(shape),
+            "ao": per_pixel_slot(r, r.held_ao.to_numpy()).reshape(shape), "normal": normal}
+
+
+def per_pixel_slot(r: DiffRenderer, values: np.ndarray) -> np.ndarray:
+    """The last evaluation's per-slot `values` (a field's to_numpy(), compact slots first) at their pixel slots:
+    (N_LAYERS * n_px, ...), zero where no slot exists."""
+    out = np.zeros((rg.N_LAYERS * r.n_px, *values.shape[1:]), values.dtype)
+    out[r.slot_pos.to_numpy()[:r.n_slots]] = values[:r.n_slots]
+    return out
 
 
 def _neighbours(a: np.ndarray) -> list[np.ndarray]:
@@ -412,7 +452,7 @@ def ao_mask(r: DiffRenderer) -> np.ndarray:
 def shadow_mask(r: DiffRenderer) -> np.ndarray:
     """Smooth pixels whose shadow ray passes an occluder within twice the penumbra (their shadow term is
     differentiated through the held closest approach): bool (height, width)."""
-    held = r.held_shadow.to_numpy()[:r.n_px].reshape(r.height, r.width)
+    held = per_pixel_slot(r, r.held_shadow.to_numpy())[:r.n_px].reshape(r.height, r.width)
     return smooth_mask(r) & (held > 0.0)
 
 

@@ -380,17 +380,26 @@ def tap_distance(p: vec3, k, s: Scene, unrolled: ti.template()) -> ti.f32:
 
 
 @ti.func
+def tap_normal(taps: ti.math.vec4) -> vec3:
+    """The unit normal from the distances at `normal_at`'s four taps (tetrahedral differences)."""
+    n = vec3(0.0)
+    for k in ti.static(range(4)):
+        n += tap_sign(k) * taps[k]
+    return n / n.norm()
+
+
+@ti.func
 def normal_at(p: vec3, s: Scene, unrolled: ti.template()) -> vec3:
     """Tetrahedral differences of the distance: 4 taps in a loop (one inlined SDF copy);
     `unrolled` (differentiated kernels) inlines four: Taichi's reverse pass of the loop crashed on the cpu."""
-    n = vec3(0.0)
+    taps = ti.math.vec4(0.0)
     if ti.static(unrolled):
         for k in ti.static(range(4)):
-            n += tap_sign(k) * tap_distance(p, k, s, True)
+            taps[k] = tap_distance(p, k, s, True)
     else:
         for k in range(4):
-            n += tap_sign(k) * tap_distance(p, k, s, False)
-    return n / n.norm()
+            taps[k] = tap_distance(p, k, s, False)
+    return tap_normal(taps)
 
 
 @ti.func

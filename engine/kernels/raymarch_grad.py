@@ -8,22 +8,25 @@ with every function shared with the forward renderer (`engine.kernels.raymarch`:
 normals, materials, `light`, sky, fog, tone curve; `engine.kernels.kinematics`: theta ->
 Scene), in kernels of which only one evaluates the SDF under the tape:
 
-1. `hold` (untaped) marches each pixel's ray (`raymarch.march`) and holds, per *slot*,
-   a point to shade. Layer 0 of pixel px (slot px) is the ray's hit; layers 1..N_LAYERS-1
-   (slots k * n_px + px) are the ray's deepest local closest approaches before its hit
-   (or miss), refined by golden-section search: the occluding edges it grazed, against
-   the sky or against a surface behind (hit-to-hit silhouettes). For each active slot it
-   holds N_SAMPLES sample points: the shaded point p0, the four normal taps around it,
+1. `march_pixels` (untaped) marches each pixel's ray (`raymarch.march`) and says which of
+   its *slots* exist: layer 0 of pixel px (pixel slot px) is the ray's hit; layers
+   1..N_LAYERS-1 (pixel slots k * n_px + px) are the ray's deepest local closest approaches
+   before its hit (or miss): the occluding edges it grazed, against the sky or against a
+   surface behind (hit-to-hit silhouettes). `engine.kernels.reduce.compact` lists the
+   existing slots in order (`slot_pos`: compact slot -> pixel slot), and everything per slot
+   below is stored and computed for those only (most pixel slots are sky or hold no edge).
+   `hold` (untaped) holds a point to shade per slot (edge layers refined by golden-section
+   search) and N_SAMPLES sample points: the shaded point p0, the four normal taps around it,
    and the shadow ray's closest approach to an occluder q (golden-section refined), plus
    the material, the ambient occlusion, the shadow ray's parameter and the scene distance
-   at every sample (evaluated where the march needs it anyway).
+   at every sample (evaluated where the hold needs it anyway).
 2. `sdf_samples` (launched once per sample index j) evaluates the scene SDF at the held
    points as a function of theta: the one differentiated SDF call site. Its adjoint, run
    untaped with unit seeds, gives both the exact spatial gradient at every held point
    (`hold_gradients`) and each slot's d(sample)/d theta (`keep_jacobian`); on the tape
    the samples are a custom step whose backward contracts those Jacobians with the
    samples' adjoints (`samples_adjoint`): one SDF adjoint per sample and iteration, not two.
-3. `shade_slots` (taped, no SDF) moves the held points with theta to first order, using
+3. `shade_slots` (taped, no SDF; into the pixel slots) moves the held points with theta to first order, using
    those held spatial gradients: the hit by one Newton step t' = t - f(p0) / (grad f . d)
    (value t, derivative -(df/dtheta) / (grad f . d): implicit differentiation), the taps
    with it (the surface point slides as the scene moves), the normal from the taps, the
@@ -56,9 +59,10 @@ import taichi as ti
 from engine.kernels.kinematics import scene_from_theta, theta_of, theta_row
 from engine.kernels.raymarch import (M_BOUND, NORMAL_EPS, SHADOW_STEPS, SCENE_TOP, Scene, ambient_occlusion, fog,
                                      length, lerp, light, load_scene, march, primary_ray, scene_sdf, sky, tap_distance,
-                                     tap_sign, tone_map)
+                                     tap_normal, tap_sign, tone_map)
 from engine.scene_layout import T_PAINT
 
+vec2 = ti.math.vec2
 vec3 = ti.math.vec3
 
 N_LAYERS = 3  # slot layers per pixel: the hit, then two edge layers
@@ -168,67 +172,82 @@ def penumbra(ratio: ti.f32) -> ti.f32:
 
 
 @ti.kernel
-def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, edge_px: ti.f32,
-         active: ti.template(), held_t: ti.template(), held_mat: ti.template(), held_ao: ti.template(),
-         held_shadow: ti.template(), points: ti.template(), values: ti.template()):
-    """Untaped: march every pixel and hold its slots (see the module docstring), with the scene distance at
-    every held point (`values`: what `sdf_samples` gives at this theta, evaluated where the march needs
-    it anyway). scene: the packed Scene (`kinematics.kinematics`: the kinematics once, not per pixel).
-    edge_px: the widest edge (in pixel footprints) that still gets a layer. held_shadow: the shadow ray's
-    parameter s at its closest approach (0: nothing shadows; -1: the sample there is a bound, not a surface)."""
+def march_pixels(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, edge_px: ti.f32,
+                 active: ti.template(), march_t: ti.template(), march_edges: ti.template()):
+    """Untaped: march every pixel and say which of its slots exist: active[layer * n_px + px] (layer 0: the ray
+    hit; layers 1..: an edge layer within reach, see REFINE_MARGIN), with march_t[px] the hit's t and
+    march_edges[px, layer - 1] the edge layer's bracket (lo, hi) for `hold`. scene: the packed Scene
+    (`kinematics.kinematics`: the kinematics once, not per pixel). edge_px: the widest edge (in pixel
+    footprints) that still gets a layer."""
     ti.loop_config(block_dim=128)
     for px in range(width * height):
         s = load_scene(scene)
         ro, rd, pixel = camera_ray(cam, px, width, height)
         m = march(ro, rd, pixel, s)
         n_px = width * height
-        for layer in range(N_LAYERS):  # a dynamic loop: one inlined copy of the hold below
-            slot = layer * n_px + px
-            on = m.hit != 0
-            t = m.t
-            if layer > 0:
-                edge = m.edge0
-                if layer == 2:
-                    edge = m.edge1
-                on = edge.x < edge_px * REFINE_MARGIN  # (see REFINE_MARGIN)
-                if on:
-                    t = golden_closest(ro, rd, pixel, 1e-6, edge.y, edge.z, s)
-            active[slot] = 1 if on else 0
-            if on:
-                p = ro + rd * t
-                hm = scene_sdf(p, s, False)
-                held_t[slot] = t
-                held_mat[slot] = ti.cast(hm.y, ti.i32)
-                points[slot, S_POINT] = p
-                values[slot, S_POINT] = hm.x
-                n = vec3(0.0)
-                for k in range(4):  # `normal_at`, its taps kept as samples
-                    d = tap_distance(p, k, s, False)
-                    points[slot, S_TAP0 + k] = p + tap_sign(k) * NORMAL_EPS
-                    values[slot, S_TAP0 + k] = d
-                    n += tap_sign(k) * d
-                n = n / n.norm()
-                held_ao[slot] = ambient_occlusion(p, n, s)
-                sh = 0.0
-                q = p
-                fq = 0.0
-                if n.dot(s.sun) > 0.0:
-                    sh = shadow_closest(p + n * SHADOW_OFFSET, s.sun, s)
-                    q = p + n * SHADOW_OFFSET + s.sun * sh
-                    if sh > 0.0:
-                        hq = scene_sdf(q, s, False)
-                        fq = hq.x
-                        if hq.y == M_BOUND:
-                            sh = -1.0
-                held_shadow[slot] = sh
-                points[slot, S_SHADOW] = q
-                values[slot, S_SHADOW] = ti.select(sh > 0.0, fq, 0.0)
+        active[px] = 1 if m.hit != 0 else 0
+        march_t[px] = m.t
+        for layer in ti.static(range(1, N_LAYERS)):
+            edge = m.edge0 if ti.static(layer == 1) else m.edge1
+            active[layer * n_px + px] = 1 if edge.x < edge_px * REFINE_MARGIN else 0  # (see REFINE_MARGIN)
+            march_edges[px, layer - 1] = vec2(edge.y, edge.z)
 
 
 @ti.kernel
-def sdf_samples(theta_slots: ti.template(), points: ti.template(), active: ti.template(), held_shadow: ti.template(),
-                n_slots: ti.i32, j: ti.i32, values: ti.template()):
-    """values[slot, j] += scene distance at held point j of every active slot, from its row of theta
+def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, slot_pos: ti.template(),
+         n_slots: ti.i32, march_t: ti.template(), march_edges: ti.template(), held_t: ti.template(),
+         held_mat: ti.template(), held_ao: ti.template(), held_shadow: ti.template(), points: ti.template(),
+         values: ti.template()):
+    """Untaped: hold every slot (see the module docstring), with the scene distance at every held point
+    (`values`: what `sdf_samples` gives at this theta, evaluated where the hold needs it anyway). Slot c is
+    pixel slot slot_pos[c] (layer * n_px + px, `march_pixels`' active ones, in order: `reduce.compact`).
+    held_shadow: the shadow ray's parameter s at its closest approach (0: nothing shadows; -1: the sample
+    there is a bound, not a surface)."""
+    ti.loop_config(block_dim=128)
+    for slot in range(n_slots):
+        s = load_scene(scene)
+        n_px = width * height
+        pos = slot_pos[slot]
+        layer = pos // n_px
+        px = pos - layer * n_px
+        ro, rd, pixel = camera_ray(cam, px, width, height)
+        t = march_t[px]
+        if layer > 0:
+            edge = march_edges[px, layer - 1]
+            t = golden_closest(ro, rd, pixel, 1e-6, edge.x, edge.y, s)
+        p = ro + rd * t
+        hm = scene_sdf(p, s, False)
+        held_t[slot] = t
+        held_mat[slot] = ti.cast(hm.y, ti.i32)
+        points[slot, S_POINT] = p
+        values[slot, S_POINT] = hm.x
+        taps = ti.math.vec4(0.0)
+        for k in range(4):  # `normal_at`'s taps, kept as samples
+            taps[k] = tap_distance(p, k, s, False)
+            points[slot, S_TAP0 + k] = p + tap_sign(k) * NORMAL_EPS
+            values[slot, S_TAP0 + k] = taps[k]
+        n = tap_normal(taps)
+        held_ao[slot] = ambient_occlusion(p, n, s)
+        sh = 0.0
+        q = p
+        fq = 0.0
+        if n.dot(s.sun) > 0.0:
+            sh = shadow_closest(p + n * SHADOW_OFFSET, s.sun, s)
+            q = p + n * SHADOW_OFFSET + s.sun * sh
+            if sh > 0.0:
+                hq = scene_sdf(q, s, False)
+                fq = hq.x
+                if hq.y == M_BOUND:
+                    sh = -1.0
+        held_shadow[slot] = sh
+        points[slot, S_SHADOW] = q
+        values[slot, S_SHADOW] = ti.select(sh > 0.0, fq, 0.0)
+
+
+@ti.kernel
+def sdf_samples(theta_slots: ti.template(), points: ti.template(), held_shadow: ti.template(), n_slots: ti.i32,
+                j: ti.i32, values: ti.template()):
+    """values[slot, j] += scene distance at held point j of every slot, from its row of theta
     (the shadow point only where something shadows); `theta_slots` may also be one shared (N_THETA,) theta
     (`kinematics.theta_of`).
 
@@ -236,7 +255,7 @@ def sdf_samples(theta_slots: ti.template(), points: ti.template(), active: ti.te
     first, so the launches only accumulate); its adjoint is what the tape replays."""
     ti.loop_config(block_dim=64)
     for slot in range(n_slots):
-        if active[slot] != 0 and (j != S_SHADOW or held_shadow[slot] > 0.0):
+        if j != S_SHADOW or held_shadow[slot] > 0.0:
             s = scene_from_theta(theta_of(theta_slots, slot))
             values[slot, j] += scene_sdf(points[slot, j], s, True).x
 
@@ -249,30 +268,26 @@ def seed_samples(values: ti.template(), n_slots: ti.i32):
 
 
 @ti.kernel
-def keep_jacobian(theta_slots: ti.template(), active: ti.template(), n_slots: ti.i32, j: ti.i32,
-                  jacobian: ti.template()):
-    """jacobian[slot, j, :] = theta_slots.grad[slot, :N_GEO], then those zeroed, for every active slot: after the
+def keep_jacobian(theta_slots: ti.template(), n_slots: ti.i32, j: ti.i32, jacobian: ti.template()):
+    """jacobian[slot, j, :] = theta_slots.grad[slot, :N_GEO], then those zeroed, for every slot: after the
     adjoint of sdf_samples' launch j seeded with ones, d(sample j)/d theta, kept for `samples_adjoint` (the SDF
-    depends on no component past N_GEO, and inactive slots get no adjoint)."""
+    depends on no component past N_GEO)."""
     for slot in range(n_slots):
-        if active[slot] != 0:
-            for c in ti.static(range(N_GEO)):
-                jacobian[slot, j, c] = theta_slots.grad[slot, c]
-                theta_slots.grad[slot, c] = 0.0
+        for c in ti.static(range(N_GEO)):
+            jacobian[slot, j, c] = theta_slots.grad[slot, c]
+            theta_slots.grad[slot, c] = 0.0
 
 
 @ti.kernel
-def samples_adjoint(values: ti.template(), jacobian: ti.template(), active: ti.template(), n_slots: ti.i32,
-                    theta_slots: ti.template()):
+def samples_adjoint(values: ti.template(), jacobian: ti.template(), n_slots: ti.i32, theta_slots: ti.template()):
     """The sdf_samples launches' adjoint in theta from the Jacobians the hold kept (`keep_jacobian`):
     theta_slots.grad[slot, c] += sum_j values.grad[slot, j] * jacobian[slot, j, c], each slot into its own row."""
     for slot in range(n_slots):
-        if active[slot] != 0:
-            for c in ti.static(range(N_GEO)):
-                acc = 0.0
-                for j in ti.static(range(N_SAMPLES)):
-                    acc += values.grad[slot, j] * jacobian[slot, j, c]
-                theta_slots.grad[slot, c] = theta_slots.grad[slot, c] + acc
+        for c in ti.static(range(N_GEO)):
+            acc = 0.0
+            for j in ti.static(range(N_SAMPLES)):
+                acc += values.grad[slot, j] * jacobian[slot, j, c]
+            theta_slots.grad[slot, c] = theta_slots.grad[slot, c] + acc
 
 
 @ti.kernel
@@ -283,38 +298,39 @@ def hold_gradients(points: ti.template(), n_slots: ti.i32, held_grad: ti.templat
 
 
 @ti.kernel
-def shade_slots(theta_slots: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, n_slots: ti.i32,
-                active: ti.template(), held_t: ti.template(), held_mat: ti.template(), held_ao: ti.template(),
+def shade_slots(theta_slots: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, slot_pos: ti.template(),
+                n_slots: ti.i32, held_t: ti.template(), held_mat: ti.template(), held_ao: ti.template(),
                 held_shadow: ti.template(), points: ti.template(), held_grad: ti.template(),
                 values: ti.template(), colour: ti.template(), ratio: ti.template()):
-    """Taped: colour (lit, fogged) and edge ratio of every active slot, from its samples (module docstring, 3.)."""
+    """Taped: colour (lit, fogged) and edge ratio of every slot, from its samples (module docstring, 3.), into
+    its pixel slot slot_pos[slot] of colour and ratio."""
     ti.loop_config(block_dim=64)
     for slot in range(n_slots):
-        if active[slot] != 0:
-            n_px = width * height
-            layer = slot // n_px
-            s = scene_from_theta(theta_row(theta_slots, slot))
-            ro, rd, pixel = camera_ray(cam, slot - layer * n_px, width, height)
-            t0 = held_t[slot]
-            f0 = values[slot, S_POINT]
-            g = ti.min(held_grad[slot, S_POINT].dot(rd), -MIN_GRAZING)
-            delta = ti.select(layer == 0, -f0 / g, 0.0)  # hits: one Newton step along the ray; edges: held
-            ratio[slot] = f0 / (pixel * t0 + 1e-6)
-            t = t0 + delta
-            p = points[slot, S_POINT] + rd * delta
-            n = vec3(0.0)
-            for k in ti.static(range(4)):  # the taps slide with the surface point
-                tap = values[slot, S_TAP0 + k] + held_grad[slot, S_TAP0 + k].dot(rd) * delta
-                n += tap_sign(k) * tap
-            n = n / length(n)
-            shadow = 1.0
-            s_t = held_shadow[slot]
-            if s_t > 0.0:
-                moved = p + n * SHADOW_OFFSET + s.sun * s_t - points[slot, S_SHADOW]
-                occluder = values[slot, S_SHADOW] + held_grad[slot, S_SHADOW].dot(moved)
-                shadow = penumbra(occluder / s_t)
-            c = light(p, rd, t, n, held_mat[slot], shadow, held_ao[slot], s)
-            colour[slot] = fog(c, rd, t)
+        n_px = width * height
+        pos = slot_pos[slot]
+        layer = pos // n_px
+        s = scene_from_theta(theta_row(theta_slots, slot))
+        ro, rd, pixel = camera_ray(cam, pos - layer * n_px, width, height)
+        t0 = held_t[slot]
+        f0 = values[slot, S_POINT]
+        g = ti.min(held_grad[slot, S_POINT].dot(rd), -MIN_GRAZING)
+        delta = ti.select(layer == 0, -f0 / g, 0.0)  # hits: one Newton step along the ray; edges: held
+        ratio[pos] = f0 / (pixel * t0 + 1e-6)
+        t = t0 + delta
+        p = points[slot, S_POINT] + rd * delta
+        n = vec3(0.0)
+        for k in ti.static(range(4)):  # the taps slide with the surface point
+            tap = values[slot, S_TAP0 + k] + held_grad[slot, S_TAP0 + k].dot(rd) * delta
+            n += tap_sign(k) * tap
+        n = n / length(n)
+        shadow = 1.0
+        s_t = held_shadow[slot]
+        if s_t > 0.0:
+            moved = p + n * SHADOW_OFFSET + s.sun * s_t - points[slot, S_SHADOW]
+            occluder = values[slot, S_SHADOW] + held_grad[slot, S_SHADOW].dot(moved)
+            shadow = penumbra(occluder / s_t)
+        c = light(p, rd, t, n, held_mat[slot], shadow, held_ao[slot], s)
+        colour[pos] = fog(c, rd, t)
 
 
 @ti.kernel

@@ -11,6 +11,8 @@ arguments (`n`), so one compiled kernel serves every image size up to its fields
   gives every thread its own copy of the parameters (one gradient row each, no atomics
   shared between threads) and still gets one bit-reproducible parameter gradient.
 - `sum_into(values, n, weight, partial, total)`: total += weight * sum(values[:n]).
+- `compact(flags, n, capacity, partial, index, count)`: the indices of the set flags, in order
+  (a stream compaction: counts per block, the block offsets in order, then each block's indices).
 """
 import taichi as ti
 
@@ -63,3 +65,33 @@ def sum_into_adjoint(values: ti.template(), n: ti.i32, weight: ti.f64, partial: 
     """values.grad[i] += weight * total.grad for i < n."""
     for i in range(n):
         values.grad[i] += ti.cast(weight * total.grad[None], values.dtype)
+
+
+@ti.kernel
+def compact(flags: ti.template(), n: ti.i32, capacity: ti.i32, partial: ti.template(), index: ti.template(),
+            count: ti.template()):
+    """index[0 .. min(count, capacity)) = the i < n with flags[i] != 0, in increasing order; count[None] = how
+    many flags were set. Flags past the first `capacity` set ones are cleared (their items are dropped).
+    `partial` holds at least (n + BLOCK - 1) // BLOCK ints."""
+    for b in range((n + BLOCK - 1) // BLOCK):
+        c = 0
+        for i in range(b * BLOCK, ti.min((b + 1) * BLOCK, n)):
+            if flags[i] != 0:
+                c += 1
+        partial[b] = c
+    for _ in range(1):  # the block offsets, in order (one thread)
+        offset = 0
+        for b in range((n + BLOCK - 1) // BLOCK):
+            c = partial[b]
+            partial[b] = offset
+            offset += c
+        count[None] = offset
+    for b in range((n + BLOCK - 1) // BLOCK):
+        c = partial[b]
+        for i in range(b * BLOCK, ti.min((b + 1) * BLOCK, n)):
+            if flags[i] != 0:
+                if c < capacity:
+                    index[c] = i
+                else:
+                    flags[i] = 0
+                c += 1
