@@ -39,7 +39,8 @@ def run(ctx) -> None:
     multistart = record["multistart"]
     ctx.metric(t=T, width=WIDTH, height=HEIGHT, seed=SEED, compare=record["settings"]["compare"],
                iterations=record["iterations"], starts=multistart["starts"],
-               start_losses=[run["image_loss"] for run in multistart.get("runs", [])], picked=multistart.get("picked"), wall_s=record["wall_s"], start_errors=start, final_errors=final,
+               start_losses=[run["image_loss"] for run in multistart.get("runs", [])], picked=multistart.get("picked"),
+               wall_s=record["wall_s"], start_errors=start, final_errors=final,
                start_loss=loss["start"], final_loss=loss["final"], orders=loss["orders"])
     ctx.check(record["settings"]["compare"] == "diff", f"pose recovery from a PNG: `invert --compare auto` compares "
                                                        f"the {record['settings']['compare']} image with the soft PNG")

@@ -236,16 +236,15 @@ def pick_start(target: np.ndarray, start: np.ndarray, truth: np.ndarray | None, 
     `spread_starts`; returns the start whose run ended with the lowest `image_loss` (ties: the earlier) and the
     record invert.json keeps ("multistart"). on_step(k, inverse_render, loss) after each step; a truthy `stop`
     (engine.interrupt.graceful_stop) ends the runs early, the pick then among the runs so far."""
-    runs = []
-    for k, (offset, theta) in enumerate(zip(spread_offsets(starts), spread_starts(start, starts))):
+    runs, thetas, yaw = [], spread_starts(start, starts), scene_theta.NAMES.index(SPREAD_NAME)
+    for k, (offset, theta) in enumerate(zip(spread_offsets(starts), thetas)):
         inv = InverseRender(target, theta, truth, width, height, camera, settings)
         try:
             while inv.iteration < iterations and not stop:
                 loss = inv.step()
                 if on_step is not None:
                     on_step(k, inv, loss)
-            runs.append({"yaw_offset_deg": offset, "start_yaw_deg": scene_theta.display(
-                scene_theta.NAMES.index(SPREAD_NAME), theta[scene_theta.NAMES.index(SPREAD_NAME)]),
+            runs.append({"yaw_offset_deg": offset, "start_yaw_deg": scene_theta.display(yaw, theta[yaw]),
                 "iterations": inv.iteration, "image_loss": inv.image_loss(), "losses": inv.losses,
                 "errors": scene_theta.group_errors(inv.theta(), truth) if truth is not None else None})
         finally:
@@ -255,7 +254,7 @@ def pick_start(target: np.ndarray, start: np.ndarray, truth: np.ndarray | None, 
     picked = min(range(len(runs)), key=lambda k: runs[k]["image_loss"])
     record = {"starts": starts, "iterations": iterations, "spread": {"parameter": SPREAD_NAME, "step_deg": SPREAD_DEG},
               "runs": runs, "picked": picked}
-    return spread_starts(start, starts)[picked], record
+    return thetas[picked], record
 
 
 def side_by_side(current: np.ndarray, target: np.ndarray) -> np.ndarray:
