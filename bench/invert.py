@@ -24,7 +24,8 @@ and no times (exit 1). Times: --repeats iterations per
 side, interleaved, after one warm-up (first-call times, which include compiles, reported
 apart); medians with min/max. Threads: both sides get --threads (Taichi's
 cpu_max_num_threads, Dr.Jit's thread pool). Memory (unless --no-memory): one child process per
-side and size runs a warm iteration, resets the peak RSS (/proc/self/clear_refs), runs one more
+side and size (after an unmeasured one that leaves its kernels in the kernel caches, see `_memory`)
+runs a warm iteration, resets the peak RSS (/proc/self/clear_refs), runs one more
 and reports the peak RSS growth during it, the process's peak RSS and, for ours, the bytes of
 the renderer's Taichi fields (values + gradients). --profile splits our iteration
 into march and hold (untaped), the taped forward, and the backward.
@@ -304,7 +305,7 @@ def main(argv: list[str]) -> int:
             rows.append((size, times))
             if options.profile:
                 profiles[size] = ours.profile(theta, options.repeats)
-    ti.reset()  # writes Taichi's offline cache now: the memory children load our kernels from it, not recompile
+    ti.reset()  # writes Taichi's offline cache now (the memory children warm their own first: `_memory`)
     memory = {} if options.no_memory else _memory(views, options.threads, peer is not None)
 
     lines = [f"inverse rendering, one iteration (loss forward + d loss / d theta), robot-arm scene, target t={T_TARGET}, "
@@ -337,7 +338,9 @@ def main(argv: list[str]) -> int:
         lines += ["", "our iteration split (ms, medians): "
                   + "; ".join(f"{size}: " + ", ".join(f"{k} {v:.1f}" for k, v in p.items()) for size, p in profiles.items())]
     if memory:
-        lines += ["", "memory, one child process per side and size: peak RSS growth during one warm forward+backward "
+        lines += ["", "memory, one child process per side and size, after an unmeasured one that leaves its kernels in "
+                      "the kernel caches (so the measured one loads them; compiling them in the process would leave the "
+                      "compiler's freed memory in its RSS): peak RSS growth during one warm forward+backward "
                       "(MiB), the process's peak RSS (MiB); ours also its Taichi fields (values + gradients, MiB; "
                       "allocated at the size rendered)", "",
                   "| size | ours: growth / peak RSS / fields | Dr.Jit: growth / peak RSS |", "|---|---:|---:|"]
@@ -355,7 +358,12 @@ def _mem(m: dict, key: str) -> str:
 
 def _memory(views: dict, threads: int, with_peer: bool) -> dict:
     """{(side, width, height): figures} from one child process each (see `memory_child`); views: {(width, height):
-    (camera values, target image)}, handed to the children in a file so that Dr.Jit's never runs Taichi."""
+    (camera values, target image)}, handed to the children in a file so that Dr.Jit's never runs Taichi.
+
+    Each measured child follows an unmeasured one with the same arguments, which leaves its kernels in the kernel
+    caches (Taichi's offline cache, Dr.Jit's) even where the parent's entries do not serve a child: a process that
+    compiles its kernels keeps the compiler's freed memory in its RSS (ours at 1024x512: peak 1.74-1.87 GiB when it
+    compiled them, 0.83 GiB when it loaded them; measured, docs/RESULTS.md)."""
     import tempfile
 
     out = {}
@@ -365,9 +373,9 @@ def _memory(views: dict, threads: int, with_peer: bool) -> dict:
             for (width, height), (cam, target) in views.items():
                 path = os.path.join(folder, f"{width}x{height}.npz")
                 np.savez(path, cam=cam, target=target)
-                proc = subprocess.run([sys.executable, "-m", "bench.invert", side, path, str(width), str(height),
-                                       str(threads)], capture_output=True, text=True, env=env,
-                                      timeout=1800)
+                for _ in range(2):  # the first fills the kernel caches; the second, measured, loads its kernels
+                    proc = subprocess.run([sys.executable, "-m", "bench.invert", side, path, str(width), str(height),
+                                           str(threads)], capture_output=True, text=True, env=env, timeout=1800)
                 _collect(out, side, width, height, proc)
     return out
 

@@ -392,21 +392,26 @@ def held_layers(r: DiffRenderer) -> dict[str, np.ndarray]:
     whose ratio is inside the edge width, so it covers part of its pixel), material, ao, normal (... 3)."""
     n = r.n_px
     shape = (rg.N_LAYERS, r.height, r.width)
-    grad = per_pixel_slot(r, r.held_grad.to_numpy()[:, rg.S_POINT]).reshape(*shape, 3)
+    grad, material, ao = per_pixel_slot(r, r.held_grad.to_numpy()[:, rg.S_POINT], r.held_mat.to_numpy(),
+                                        r.held_ao.to_numpy())
+    grad = grad.reshape(*shape, 3)
     normal = grad / np.maximum(np.linalg.norm(grad, axis=-1, keepdims=True), 1e-12)
     active = r.active.to_numpy()[:rg.N_LAYERS * n].reshape(shape) != 0
     covering = active & (r.ratio.to_numpy()[:rg.N_LAYERS * n].reshape(shape) < r.edge_px)
     covering[0] = False
-    return {"active": active, "covering": covering,
-            "material": per_pixel_slot(r, r.held_mat.to_numpy()).reshape(shape),
-            "ao": per_pixel_slot(r, r.held_ao.to_numpy()).reshape(shape), "normal": normal}
+    return {"active": active, "covering": covering, "material": material.reshape(shape), "ao": ao.reshape(shape),
+            "normal": normal}
 
 
-def per_pixel_slot(r: DiffRenderer, values: np.ndarray) -> np.ndarray:
-    """The last evaluation's per-slot `values` (a field's to_numpy(), compact slots first) at their pixel slots:
-    (N_LAYERS * n_px, ...), zero where no slot exists."""
-    out = np.zeros((rg.N_LAYERS * r.n_px, *values.shape[1:]), values.dtype)
-    out[r.slot_pos.to_numpy()[:r.n_slots]] = values[:r.n_slots]
+def per_pixel_slot(r: DiffRenderer, *values: np.ndarray) -> list[np.ndarray]:
+    """The last evaluation's per-slot `values` (each a field's to_numpy(), compact slots first) at their pixel
+    slots: one (N_LAYERS * n_px, ...) array each, zero where no slot exists (slot_pos read back once)."""
+    pos = r.slot_pos.to_numpy()[:r.n_slots]
+    out = []
+    for v in values:
+        at = np.zeros((rg.N_LAYERS * r.n_px, *v.shape[1:]), v.dtype)
+        at[pos] = v[:r.n_slots]
+        out.append(at)
     return out
 
 
@@ -452,7 +457,7 @@ def ao_mask(r: DiffRenderer) -> np.ndarray:
 def shadow_mask(r: DiffRenderer) -> np.ndarray:
     """Smooth pixels whose shadow ray passes an occluder within twice the penumbra (their shadow term is
     differentiated through the held closest approach): bool (height, width)."""
-    held = per_pixel_slot(r, r.held_shadow.to_numpy())[:r.n_px].reshape(r.height, r.width)
+    held = per_pixel_slot(r, r.held_shadow.to_numpy())[0][:r.n_px].reshape(r.height, r.width)
     return smooth_mask(r) & (held > 0.0)
 
 

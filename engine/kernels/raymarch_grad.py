@@ -58,8 +58,8 @@ import taichi as ti
 
 from engine.kernels.kinematics import scene_from_theta, theta_of, theta_row
 from engine.kernels.raymarch import (M_BOUND, NORMAL_EPS, SHADOW_STEPS, SCENE_TOP, March, Scene, ambient_occlusion,
-                                     fog, length, lerp, light, load_scene, march_pair, primary_ray, scene_sdf, sky,
-                                     tap_distance, tap_normal, tap_sign, tone_map)
+                                     fog, lerp, light, load_scene, march_pair, primary_ray, scene_sdf, sky,
+                                     tap_distance, tap_normal, tap_sign, tone_map, with_tap)
 from engine.scene_layout import T_PAINT
 
 vec2 = ti.math.vec2
@@ -235,9 +235,10 @@ def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32
         values[slot, S_POINT] = hm.x
         taps = ti.math.vec4(0.0)
         for k in range(4):  # `normal_at`'s taps, kept as samples
-            taps[k] = tap_distance(p, k, s, False)
+            d = tap_distance(p, k, s)
+            taps = with_tap(taps, k, d)
             points[slot, S_TAP0 + k] = p + tap_sign(k) * NORMAL_EPS
-            values[slot, S_TAP0 + k] = taps[k]
+            values[slot, S_TAP0 + k] = d
         n = tap_normal(taps)
         held_ao[slot] = ambient_occlusion(p, n, s)
         sh = 0.0
@@ -330,11 +331,10 @@ def shade_slots(theta_slots: ti.template(), cam: ti.template(), width: ti.i32, h
         ratio[pos] = f0 / (pixel * t0 + 1e-6)
         t = t0 + delta
         p = points[slot, S_POINT] + rd * delta
-        n = vec3(0.0)
+        taps = ti.math.vec4(0.0)
         for k in ti.static(range(4)):  # the taps slide with the surface point
-            tap = values[slot, S_TAP0 + k] + held_grad[slot, S_TAP0 + k].dot(rd) * delta
-            n += tap_sign(k) * tap
-        n = n / length(n)
+            taps[k] = values[slot, S_TAP0 + k] + held_grad[slot, S_TAP0 + k].dot(rd) * delta
+        n = tap_normal(taps)
         shadow = 1.0
         s_t = held_shadow[slot]
         if s_t > 0.0:
