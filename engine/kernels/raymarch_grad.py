@@ -8,7 +8,7 @@ with every function shared with the forward renderer (`engine.kernels.raymarch`:
 normals, materials, `light`, sky, fog, tone curve; `engine.kernels.kinematics`: theta ->
 Scene), in kernels of which only one evaluates the SDF under the tape:
 
-1. `march_pixels` (untaped) marches each pixel's ray (`raymarch.march`) and says which of
+1. `march_pixels` (untaped) marches each pixel's ray (`raymarch.march_pair`) and says which of
    its *slots* exist: layer 0 of pixel px (pixel slot px) is the ray's hit; layers
    1..N_LAYERS-1 (pixel slots k * n_px + px) are the ray's deepest local closest approaches
    before its hit (or miss): the occluding edges it grazed, against the sky or against a
@@ -57,9 +57,9 @@ one compile serves every resolution.
 import taichi as ti
 
 from engine.kernels.kinematics import scene_from_theta, theta_of, theta_row
-from engine.kernels.raymarch import (M_BOUND, NORMAL_EPS, SHADOW_STEPS, SCENE_TOP, Scene, ambient_occlusion, fog,
-                                     length, lerp, light, load_scene, march, primary_ray, scene_sdf, sky, tap_distance,
-                                     tap_normal, tap_sign, tone_map)
+from engine.kernels.raymarch import (M_BOUND, NORMAL_EPS, SHADOW_STEPS, SCENE_TOP, March, Scene, ambient_occlusion,
+                                     fog, length, lerp, light, load_scene, march_pair, primary_ray, scene_sdf, sky,
+                                     tap_distance, tap_normal, tap_sign, tone_map)
 from engine.scene_layout import T_PAINT
 
 vec2 = ti.math.vec2
@@ -171,6 +171,18 @@ def penumbra(ratio: ti.f32) -> ti.f32:
     return res * res * (3.0 - 2.0 * res)
 
 
+@ti.func
+def record_march(m: March, px: ti.i32, n_px: ti.i32, edge_px: ti.f32, active: ti.template(), march_t: ti.template(),
+                 march_edges: ti.template()):
+    """`march_pixels`' outputs for pixel px's march m."""
+    active[px] = 1 if m.hit != 0 else 0
+    march_t[px] = m.t
+    for layer in ti.static(range(1, N_LAYERS)):
+        edge = m.edge0 if ti.static(layer == 1) else m.edge1
+        active[layer * n_px + px] = 1 if edge.x < edge_px * REFINE_MARGIN else 0  # (see REFINE_MARGIN)
+        march_edges[px, layer - 1] = vec2(edge.y, edge.z)
+
+
 @ti.kernel
 def march_pixels(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, edge_px: ti.f32,
                  active: ti.template(), march_t: ti.template(), march_edges: ti.template()):
@@ -178,19 +190,19 @@ def march_pixels(scene: ti.template(), cam: ti.template(), width: ti.i32, height
     hit; layers 1..: an edge layer within reach, see REFINE_MARGIN), with march_t[px] the hit's t and
     march_edges[px, layer - 1] the edge layer's bracket (lo, hi) for `hold`. scene: the packed Scene
     (`kinematics.kinematics`: the kinematics once, not per pixel). edge_px: the widest edge (in pixel
-    footprints) that still gets a layer."""
-    ti.loop_config(block_dim=128)
-    for px in range(width * height):
+    footprints) that still gets a layer. Pixels are marched two at a time, side by side (`raymarch.march_pair`;
+    an odd last pixel is marched twice)."""
+    ti.loop_config(block_dim=64)
+    for pair in range((width * height + 1) // 2):
         s = load_scene(scene)
-        ro, rd, pixel = camera_ray(cam, px, width, height)
-        m = march(ro, rd, pixel, s)
         n_px = width * height
-        active[px] = 1 if m.hit != 0 else 0
-        march_t[px] = m.t
-        for layer in ti.static(range(1, N_LAYERS)):
-            edge = m.edge0 if ti.static(layer == 1) else m.edge1
-            active[layer * n_px + px] = 1 if edge.x < edge_px * REFINE_MARGIN else 0  # (see REFINE_MARGIN)
-            march_edges[px, layer - 1] = vec2(edge.y, edge.z)
+        px_a = 2 * pair
+        px_b = ti.min(px_a + 1, n_px - 1)
+        ro, rd_a, pixel = camera_ray(cam, px_a, width, height)
+        _, rd_b, _ = camera_ray(cam, px_b, width, height)
+        a, b = march_pair(ro, rd_a, rd_b, pixel, s)
+        record_march(a, px_a, n_px, edge_px, active, march_t, march_edges)
+        record_march(b, px_b, n_px, edge_px, active, march_t, march_edges)
 
 
 @ti.kernel
