@@ -47,7 +47,7 @@ from engine.launch import launch
 DEFAULT_LEAF_SIZE = 24  # most faces per leaf; chosen by measurement (docs/RESULTS.md)
 MAX_FACES = 1 << 24  # face indices above this lose precision in float32 leaf bookkeeping
 SORT_MIN = 2048  # `query` orders batches of this many points or more (docs/RESULTS.md, issue 12)
-SERIAL_MAX = 8  # batches of at most this many points are searched on the launching thread
+SERIAL_MAX = 128  # batches of at most this many points are searched on the launching thread (RESULTS, issue 12)
 PARALLEL_NODES = 1024  # refit levels of fewer nodes run serially, in one launch
 PARALLEL_VERTICES = 1 << 16  # the vertex copy of smaller meshes runs serially
 SERIAL_COPY_MAX = 1024  # `query` gathers and scatters batches of at most this many points serially (RESULTS)
@@ -261,6 +261,7 @@ class TriangleBVH:
         self._owned: FieldGroup | None = None  # the mesh fields' group when `build` made them
         self._buffers: QueryBuffers | None = None
         self._batches: dict[tuple[int, bool], _Batch] = {}
+        self._host_last: tuple[int, _Batch | None] = (0, None)  # `closest_points`' last size and its batch
         self._bindings: dict[tuple, tuple[BoundLaunch, list[int]]] = {}
         self._host_counts = np.zeros(2, np.int64)  # misses and overflows of `closest_points` calls
         self.rebuild()
@@ -358,7 +359,10 @@ class TriangleBVH:
         Raises: UserError for points that are not (N, 3); RuntimeError if a stack push did not fit in this call."""
         points = _check_points(points)
         n = len(points)
-        batch = self._batch(n, host=True)
+        last_n, batch = self._host_last  # a repeated call size skips `_batch`'s lookup
+        if n != last_n:
+            batch = self._batch(n, host=True)
+            self._host_last = (n, batch)
         batch.points[:n] = points  # converted to float32 here
         counts = batch.counts  # zero between calls: a call that counted something adds it to the tree's and clears
         self._search(batch, n, counts, sort=n >= SORT_MIN)
@@ -434,6 +438,7 @@ class TriangleBVH:
                 group.destroy()
         self._buffers = self._owned = None
         self._batches.clear()
+        self._host_last = (0, None)
         self._bindings.clear()
         for name in ("mesh_vertices", "mesh_faces", "tree_faces", "order", "centroids", "leaf_start", "corner_packets",
                      "bound_packets", "node_bound", "nodes", "counter"):
