@@ -148,6 +148,9 @@ def _start(name: str, kernel_profiler: bool) -> None:
     for lock in clear_stale_cache_locks(cache_dir):  # the environment overrides the default, as in ti.init
         log.warning("removed a stale Taichi cache lock %s (left by a killed process; without its removal "
                     "every kernel would compile again)", lock)
+    from engine import cpu_pool
+
+    threads_before = cpu_pool.thread_ids()
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # Taichi's "Starting on arch=" line; we report our own
             ti.init(arch=arch, enable_fallback=False, fast_math=False, offline_cache=True, verbose=False,
@@ -156,6 +159,8 @@ def _start(name: str, kernel_profiler: bool) -> None:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = " (install mesa-vulkan-drivers for lavapipe)" if name == "vulkan" else ""
         raise UserError(f"backend {name} is not available: {reason}{hint}") from None
+    if name == "cpu":
+        cpu_pool.pin_workers(threads_before)  # one pool worker per core (engine/cpu_pool.py says why)
 
 
 def init(arch: str | None = None, kernel_profiler: bool = False) -> Backend:
