@@ -134,6 +134,7 @@ class ChamferLoss:
         self.ref_blocks = g.field(ti.i32, (-(-self.n_vertices // k.SCAN_BLOCK),))
         self.slots = g.field(ti.i32, (3 * n_samples,))
         g.finalize()
+        self._forget_answers()
         self.faces.from_numpy(np.asarray(faces, dtype=np.int32))
         samples = sample_surface(target, n_samples, seed)
         self.samples.from_numpy(samples[morton_order(samples)].astype(np.float32))  # coherent queries: faster
@@ -163,10 +164,12 @@ class ChamferLoss:
             source.rebuild()  # host re-sort: boxes of a tree sorted for the sphere overlap as it deforms
         else:
             source.refit()
+        # warm: each search starts from the face it found last time (the fit moves the mesh a little
+        # per iteration), which bounds it from the start; the same distances, found faster
         target.query(self.x, self.query_face, self.query_bary, self.held_point, self.query_dist2,
-                     self.n_vertices)
+                     self.n_vertices, warm=True)
         source.query(self.samples, self.held_face, self.held_bary, self.query_point, self.query_dist2,
-                     self.n_samples, presorted=True)  # the samples are in Morton order
+                     self.n_samples, presorted=True, warm=True)  # the samples are in Morton order
         self.index_slots()
 
     def restart_at_current_vertices(self) -> None:
@@ -175,6 +178,12 @@ class ChamferLoss:
         if self.source_bvh is not None:
             self.source_bvh.rebuild()
         self.correspondences = 0
+        self._forget_answers()
+
+    def _forget_answers(self) -> None:
+        """No earlier answers: the next searches start cold (-1 is no warm-start hint), as a new loss's."""
+        self.query_face.fill(-1)
+        self.held_face.fill(-1)
 
     def hold(self, held_point: np.ndarray, held_face: np.ndarray, held_bary: np.ndarray) -> None:
         """Set the held correspondences directly (tests: gradients under held correspondence)."""

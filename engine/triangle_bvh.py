@@ -7,6 +7,7 @@ API (device math is in `engine.kernels.bvh_query`, where the tree layout and its
     bvh.refit()                                         # on the device: bounds from the current vertices
     bvh.rebuild()                                       # on the device: re-sort, then refit
     bvh.query(points, out_face, out_bary, out_point, out_dist2, n)   # fields; first n points
+    bvh.query(..., warm=True)                           # out_face's earlier answers seed the searches
     bvh.closest_points(points) -> {"face", "bary", "point", "dist2"}  # numpy in, numpy out
     bvh.brute_force(points)    -> the same dict, by testing every face (the oracle)
     bvh.counters() -> {"misses", "overflows"}; bvh.reset_counters(); bvh.destroy()
@@ -23,7 +24,9 @@ bounds overlap badly (slower queries, never wrong answers).
 Queries: `query` searches a batch of SORT_MIN or more points in Morton order (a bucket sort on
 the device, `engine.kernels.morton`), unless the caller says they are in a spatial order already
 (`presorted`), so consecutive searches share the tree's cache lines, and writes each answer to
-its point's own index. `closest_points` takes numpy (on the CPU the kernel reads and writes the
+its point's own index. With `warm`, each search first tests the face `out_face` holds for its
+point (the previous answer, in an iterative fit): a tight bound from the start, so fewer nodes
+are pushed; the distances found are the same. `closest_points` takes numpy (on the CPU the kernel reads and writes the
 arrays in place: one launch for one point).
 
 `query` fields: points vec3 f32 (>= n,), out_face i32, out_bary vec3 f32, out_point vec3
@@ -156,6 +159,7 @@ class _Batch:
         self.points, self.bary, self.point = new(3, np.float32), new(3, np.float32), new(3, np.float32)
         self.face, self.dist2 = new(1, np.int32), new(1, np.float32)
         self.perm = ti.ndarray(ti.i32, (capacity,))
+        self.hint = new(1, np.int32)  # each point's warm-start slot (`query(warm=True)`), else unused
         self.counts = np.zeros(2, np.int32)  # misses and overflows of one `closest_points` call
         self.searches: dict[tuple, BoundLaunch] = {}  # the query kernel's bindings on these arrays (`_search`)
 
@@ -249,6 +253,7 @@ class TriangleBVH:
         self.mesh_faces.from_numpy(faces_np.astype(np.int32))
         self.tree_faces = ti.ndarray(ti.types.vector(3, ti.i32), (self.n_faces,))  # the faces in tree order
         self.order = ti.ndarray(ti.i32, (self.n_faces,))
+        self.face_slot = ti.ndarray(ti.i32, (self.n_faces,))  # face -> its slot, for warm starts
         self.centroids = vector(3, (self.n_faces,))  # build scratch, in tree order
         self.leaf_start = ti.ndarray(ti.i32, (self.n_leaves + 1,))
         self.corner_packets = vector(kernels.CORNER_PACKET, (self.n_leaves * self.width // 4,))
@@ -308,6 +313,7 @@ class TriangleBVH:
         for level in range(2 * self.depth):
             self._launch(kernels.split_level, self.order, self.centroids, self.leaf_start, level, 2 * self.depth)
         self._launch(kernels.sort_faces, self.mesh_faces, self.order, self.tree_faces)
+        self._launch(kernels.slot_of_faces, self.order, self.leaf_start, self.width, self.face_slot)
         self.refit()
 
     def refit(self) -> None:
@@ -333,7 +339,8 @@ class TriangleBVH:
             if level >= 0:  # the levels above, serially in one launch
                 self._launch(kernels.refit_level, self.nodes, self.node_bound, 0, level_start(level + 1), True)
 
-    def query(self, points, out_face, out_bary, out_point, out_dist2, n: int, presorted: bool = False) -> None:
+    def query(self, points, out_face, out_bary, out_point, out_dist2, n: int, presorted: bool = False,
+              warm: bool = False) -> None:
         """Closest point on the mesh for points[0:n], written to the out_* fields (no host copy; see module docstring).
 
         Args:
@@ -341,13 +348,17 @@ class TriangleBVH:
             out_bary: vec3 f32, weights of the face's corners in `faces` order. out_point: vec3 f32,
             the closest point. out_dist2: f32, its squared distance (inf for a NaN point). n: points used.
             presorted: the points are already in a spatial order (e.g. `morton_order`): not sorted again.
+            warm: out_face[:n] holds an earlier answer for each point (any face index; one outside the
+            mesh, e.g. -1, is ignored): each search tests that face first.
         The points are gathered into the tree's array, searched (in Morton order from SORT_MIN points
         on, unless `presorted`) and the answers scattered to the caller's fields.
         Misses and stack overflows are counted in `counters()`; untaped (call under `tape.pause()`)."""
         batch = self._batch(n, host=False)
         serial = n <= SERIAL_COPY_MAX
         self._launch(kernels.gather_points, points, n, batch.points, serial)
-        self._search(batch, n, self.counter, sort=not presorted and n >= SORT_MIN)
+        if warm:
+            self._launch(kernels.gather_hints, out_face, n, self.face_slot, batch.hint, serial)
+        self._search(batch, n, self.counter, sort=not presorted and n >= SORT_MIN, warm=warm)
         self._launch(kernels.scatter_results, batch.face, batch.bary, batch.point, batch.dist2, n, out_face, out_bary,
                      out_point, out_dist2, serial)
 
@@ -382,20 +393,20 @@ class TriangleBVH:
             batch = self._batches[capacity, host] = _Batch(capacity, host)
         return batch
 
-    def _search(self, batch: _Batch, n: int, counts, sort: bool) -> None:
+    def _search(self, batch: _Batch, n: int, counts, sort: bool, warm: bool = False) -> None:
         """The query kernel on batch.points[:n], in Morton order if `sort`. Its binding is kept per
         batch, counter array, order and serial flag (the rest are the tree's own arrays and sizes),
         so a call rewrites at most `n`: `_launch`'s general key would cost more than a one-point search."""
         if sort:
             _Ordering.get().sort(batch.points, n, batch.perm, self._launch)
         serial = n <= SERIAL_MAX
-        key = (counts is self.counter, sort, serial)
+        key = (counts is self.counter, sort, serial, warm)
         bound = batch.searches.get(key)
         if bound is None:
             bound = batch.searches[key] = bind(
                 kernels.closest_point_query, batch.points, n, batch.perm, int(sort), self.corner_packets,
                 self.bound_packets, self.leaf_start, self.width, self.nodes, self.order, self.depth, batch.face,
-                batch.bary, batch.point, batch.dist2, counts, self.stack_size, serial)
+                batch.bary, batch.point, batch.dist2, counts, self.stack_size, serial, batch.hint, warm)
         elif bound.args[1] != n:
             bound.set(1, n)
         bound()
@@ -440,7 +451,7 @@ class TriangleBVH:
         self._batches.clear()
         self._host_last = (0, None)
         self._bindings.clear()
-        for name in ("mesh_vertices", "mesh_faces", "tree_faces", "order", "centroids", "leaf_start", "corner_packets",
+        for name in ("mesh_vertices", "mesh_faces", "tree_faces", "order", "face_slot", "centroids", "leaf_start", "corner_packets",
                      "bound_packets", "node_bound", "nodes", "counter"):
             setattr(self, name, None)
 
@@ -490,21 +501,24 @@ def sample_queries(vertices: np.ndarray, faces: np.ndarray, n: int, seed: int = 
 
 
 def run_closest_point(vertices: np.ndarray, faces: np.ndarray, points: np.ndarray) -> dict[str, np.ndarray]:
-    """Parity computation: BVH answers (numpy path; and `field_dist2` from `query` on fields) and
-    the brute-force oracle's for the same points."""
+    """Parity computation: BVH answers (numpy path; `field_dist2` from `query` on fields, `warm_dist2`
+    from a warm `query` seeded with mostly wrong faces and some -1) and the brute-force oracle's."""
     bvh = TriangleBVH.build(vertices, faces)
     found = bvh.closest_points(points)
     buffers = QueryBuffers(len(points))
     n = buffers.load(points)
     bvh.query(buffers.points, buffers.face, buffers.bary, buffers.point, buffers.dist2, n)
     on_fields = buffers.results(n)
+    buffers.face.from_numpy((np.arange(buffers.capacity, dtype=np.int32) * 7919 + 1) % (len(faces) + 1) - 1)
+    bvh.query(buffers.points, buffers.face, buffers.bary, buffers.point, buffers.dist2, n, warm=True)  # wrong hints
+    warm = buffers.results(n)
     buffers.group.destroy()
     oracle = bvh.brute_force(points)
     counters = bvh.counters()
     bvh.destroy()
     return {"face": found["face"], "bary": found["bary"], "point": found["point"], "dist2": found["dist2"],
-            "field_dist2": on_fields["dist2"], "brute_dist2": oracle["dist2"], "misses": np.array(counters["misses"]),
-            "overflows": np.array(counters["overflows"])}
+            "field_dist2": on_fields["dist2"], "warm_dist2": warm["dist2"], "brute_dist2": oracle["dist2"],
+            "misses": np.array(counters["misses"]), "overflows": np.array(counters["overflows"])}
 
 
 def run_refit_vs_rebuild(vertices: np.ndarray, faces: np.ndarray, moved: np.ndarray,

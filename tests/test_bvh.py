@@ -251,6 +251,7 @@ def test_backends_agree_with_each_other_and_brute_force(worker, ti_cpu):
         for out in (here, there):
             assert rel_err(out["dist2"], out["brute_dist2"]) <= REL_TOL
             np.testing.assert_array_equal(out["field_dist2"], out["dist2"])  # fields == numpy: one kernel
+            assert rel_err(out["warm_dist2"], out["brute_dist2"]) <= REL_TOL  # seeded with wrong faces
         assert rel_err(there["dist2"], here["dist2"]) <= REL_TOL
 
 
@@ -296,6 +297,35 @@ def test_field_queries_in_either_order_equal_brute_force(ti_cpu, n):
         assert rel_err(found["dist2"], expected) <= REL_TOL
         np.testing.assert_allclose(np.sum((points - found["point"]) ** 2, axis=1), found["dist2"], rtol=1e-4,
                                    atol=1e-9)
+    assert bvh.counters() == {"misses": 0, "overflows": 0}
+    buffers.group.destroy()
+    bvh.destroy()
+
+
+@pytest.mark.parametrize("n", [100, SORT_MIN + 5])
+def test_warm_queries_equal_brute_force_whatever_the_hint(ti_cpu, n):
+    """`query(warm=True)` seeds each search with the face out_face holds: the right one, a wrong
+    one, -1 or an index outside the mesh (ignored). The distances are the brute-force kernel's
+    either way, in the caller's order and in Morton order."""
+    mesh = load_mesh(ASSETS / "blub.obj")
+    points = sample_queries(mesh.vertices, mesh.faces, n, seed=4)
+    bvh = TriangleBVH.build(mesh.vertices, mesh.faces)
+    oracle = bvh.brute_force(points)
+    rng = np.random.default_rng(0)
+    hints = {"answers": oracle["face"], "random faces": rng.integers(0, len(mesh.faces), n),
+             "mixed with invalid": np.where(rng.random(n) < 0.5, rng.integers(0, len(mesh.faces), n),
+                                            rng.choice([-1, len(mesh.faces), 1 << 30], n))}
+    buffers = QueryBuffers(n)
+    buffers.load(points)
+    for presorted in (False, True):
+        for name, hint in hints.items():
+            buffers.face.from_numpy(np.resize(np.asarray(hint, np.int32), buffers.capacity))
+            bvh.query(buffers.points, buffers.face, buffers.bary, buffers.point, buffers.dist2, n,
+                      presorted=presorted, warm=True)
+            found = buffers.results(n)
+            assert rel_err(found["dist2"], oracle["dist2"]) <= REL_TOL, name
+            np.testing.assert_allclose(np.sum((points - found["point"]) ** 2, axis=1), found["dist2"], rtol=1e-4,
+                                       atol=1e-9)
     assert bvh.counters() == {"misses": 0, "overflows": 0}
     buffers.group.destroy()
     bvh.destroy()

@@ -372,19 +372,26 @@ def _sorted4(d, c):
 
 @ti.func
 def _search(p, corner_packets: ti.template(), bound_packets: ti.template(), leaf_start: ti.template(), width,
-            nodes: ti.template(), order: ti.template(), depth, stack_size: ti.template()):
+            nodes: ti.template(), order: ti.template(), depth, stack_size: ti.template(), hint_slot):
     """The closest point to p: (face or -1, barycentrics, point, squared distance, overflows).
 
     Best-first descent: at an inner node, the four children sorted by their lower bound;
     descend into the nearest, push the others that are closer than the best hit so far
     (farthest first), drop popped nodes that are no longer closer. At a leaf, four slots'
     disc bounds at a time, then the exact test of those closer than the best.
+    A `hint_slot` >= 0 (a slot likely to hold the answer, e.g. last iteration's) is tested
+    first: its distance is an upper bound from the start, so the descent pushes fewer nodes.
+    Any real slot is a valid bound; the answer's distance is the same with or without it.
     """
     first_leaf = ((1 << (2 * depth)) - 1) // 3
     best = _INF
     best_slot = -1
     best_bary = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
     best_point = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
+    if hint_slot >= 0:
+        a, b, c = _slot_corners_at(corner_packets, hint_slot >> 2, hint_slot & 3)
+        best_point, best_bary = closest_point_on_triangle(p, a, b, c)
+        best, best_slot = (p - best_point).norm_sqr(), hint_slot
     stack_node = ti.Vector([0] * stack_size, dt=ti.i32)
     stack_dist = ti.Vector([0.0] * stack_size, dt=ti.f32)
     sp = 0
@@ -456,7 +463,7 @@ def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n:
                         out_point: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
                         out_dist2: ti.types.ndarray(dtype=ti.f32, ndim=1),
                         counts: ti.types.ndarray(dtype=ti.i32, ndim=1), stack_size: ti.template(),
-                        serial: ti.template()):
+                        serial: ti.template(), hint_slots: ti.types.ndarray(dtype=ti.i32, ndim=1), warm: ti.template()):
     """For each of the first n points: the closest triangle, its barycentrics, point and squared
     distance. With `permuted`, point perm[i] is the i-th one searched (a spatial order:
     consecutive searches then share the tree's cache lines); the answers go to each point's own
@@ -465,14 +472,18 @@ def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n:
     copy), so the kernel compiles once per process whatever the mesh and the callers' fields.
     `serial` runs the loop on the launching thread: for a few points, waking the CPU backend's
     thread pool costs more (~13 us) than the searches. Otherwise blocks of QUERY_BLOCK points
-    go to whichever thread is free: searches vary in cost, and a batch of 128 stays balanced."""
+    go to whichever thread is free: searches vary in cost, and a batch of 128 stays balanced.
+    `warm`: hint_slots[q] (a slot, or -1) seeds point q's search (`_search`)."""
     ti.loop_config(serialize=serial, block_dim=QUERY_BLOCK)
     for i in range(n):
         q = i
         if permuted:
             q = perm[i]
+        hint = -1
+        if ti.static(warm):
+            hint = hint_slots[q]
         face, bary, point, dist2, overflows = _search(points[q], corner_packets, bound_packets, leaf_start, width,
-                                                      nodes, order, depth, stack_size)
+                                                      nodes, order, depth, stack_size, hint)
         if overflows > 0:
             ti.atomic_add(counts[OVERFLOWS], overflows)
         if face < 0:
@@ -491,6 +502,28 @@ def gather_points(points: ti.template(), n: ti.i32, out: ti.types.ndarray(dtype=
     ti.loop_config(serialize=serial)
     for q in range(n):
         out[q] = ti.cast(points[q], ti.f32)
+
+
+@ti.kernel
+def slot_of_faces(order: ti.types.ndarray(), leaf_start: ti.types.ndarray(), width: ti.i32,
+                  face_slot: ti.types.ndarray()):
+    """face_slot[f]: the slot that holds face f (leaf k's t-th face sits in slot k width + t)."""
+    for k in range(leaf_start.shape[0] - 1):
+        for t in range(leaf_start[k], leaf_start[k + 1]):
+            face_slot[order[t]] = k * width + t - leaf_start[k]
+
+
+@ti.kernel
+def gather_hints(faces: ti.template(), n: ti.i32, face_slot: ti.types.ndarray(dtype=ti.i32, ndim=1),
+                 out: ti.types.ndarray(dtype=ti.i32, ndim=1), serial: ti.template()):
+    """The slots of a caller's faces (an earlier answer for the same points) for the query's
+    warm start; -1 for a face outside the mesh (no hint)."""
+    ti.loop_config(serialize=serial)
+    for q in range(n):
+        f = faces[q]
+        out[q] = -1
+        if 0 <= f < face_slot.shape[0]:
+            out[q] = face_slot[f]
 
 
 @ti.kernel
