@@ -451,8 +451,8 @@ class TriangleBVH:
         self._batches.clear()
         self._host_last = (0, None)
         self._bindings.clear()
-        for name in ("mesh_vertices", "mesh_faces", "tree_faces", "order", "face_slot", "centroids", "leaf_start", "corner_packets",
-                     "bound_packets", "node_bound", "nodes", "counter"):
+        for name in ("mesh_vertices", "mesh_faces", "tree_faces", "order", "face_slot", "centroids", "leaf_start",
+                     "corner_packets", "bound_packets", "node_bound", "nodes", "counter"):
             setattr(self, name, None)
 
 

@@ -35,7 +35,7 @@ print(json.dumps({
 }))
 """
 
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pinning uses Linux's /proc and affinity")
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pinning uses /proc and affinity")
 
 
 def probe(*args: str, env: dict | None = None) -> dict:

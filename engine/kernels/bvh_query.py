@@ -463,7 +463,8 @@ def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n:
                         out_point: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
                         out_dist2: ti.types.ndarray(dtype=ti.f32, ndim=1),
                         counts: ti.types.ndarray(dtype=ti.i32, ndim=1), stack_size: ti.template(),
-                        serial: ti.template(), hint_slots: ti.types.ndarray(dtype=ti.i32, ndim=1), warm: ti.template()):
+                        serial: ti.template(), hint_slots: ti.types.ndarray(dtype=ti.i32, ndim=1),
+                        warm: ti.template()):
     """For each of the first n points: the closest triangle, its barycentrics, point and squared
     distance. With `permuted`, point perm[i] is the i-th one searched (a spatial order:
     consecutive searches then share the tree's cache lines); the answers go to each point's own
