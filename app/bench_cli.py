@@ -8,6 +8,7 @@ BENCHMARKS: dict[str, str] = {  # name -> "module:function"
     "launch": "bench.launch:main",
     "closest": "bench.closest:main",
     "fit_overhead": "bench.fit_overhead:main",
+    "fit_iteration": "bench.fit_iteration:main",
     "raymarch": "bench.raymarch:main",
     "gui_fps": "bench.gui_fps:main",
     "batch": "bench.batch:main",

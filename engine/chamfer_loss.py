@@ -141,6 +141,7 @@ class ChamferLoss:
         self.source_bvh: TriangleBVH | None = None
         self.target_bvh: TriangleBVH | None = None
         self.rebuild_every = rebuild_every
+        self.warm_start = True  # queries start from the last answers (`_correspond`); `bench fit_iteration` compares
         self.correspondences = 0  # calls of correspond so far: every rebuild_every-th re-sorts the source BVH
 
     def _bvhs(self) -> tuple[TriangleBVH, TriangleBVH]:
@@ -167,9 +168,9 @@ class ChamferLoss:
         # warm: each search starts from the face it found last time (the fit moves the mesh a little
         # per iteration), which bounds it from the start; the same distances, found faster
         target.query(self.x, self.query_face, self.query_bary, self.held_point, self.query_dist2,
-                     self.n_vertices, warm=True)
+                     self.n_vertices, warm=self.warm_start)
         source.query(self.samples, self.held_face, self.held_bary, self.query_point, self.query_dist2,
-                     self.n_samples, presorted=True, warm=True)  # the samples are in Morton order
+                     self.n_samples, presorted=True, warm=self.warm_start)  # the samples are in Morton order
         self.index_slots()
 
     def restart_at_current_vertices(self) -> None:
