@@ -53,6 +53,7 @@ def pin_workers(before: set[int]) -> dict[int, int]:
     import taichi as ti
 
     from engine.kernels.thread_pool import wake_workers
+    from engine.launch import launch
 
     _pinned.clear()
     if os.environ.get(PIN_ENV, "1") == "0" or not sys.platform.startswith("linux"):
@@ -64,11 +65,11 @@ def pin_workers(before: set[int]) -> dict[int, int]:
         return {}
     candidates = thread_ids() - before - {threading.get_native_id()}
     blocks = np.zeros(64 * width, np.int32)
-    wake_workers(blocks)  # compiled (or loaded) first: compiler threads must not count as workers
+    launch(wake_workers, blocks)  # compiled (or loaded) first: compiler threads must not count as workers
     ti.sync()
     ran = {tid: _run_ns(tid) for tid in candidates}
     for _ in range(WAKES):
-        wake_workers(blocks)
+        launch(wake_workers, blocks)
         ti.sync()
     workers = sorted(tid for tid in candidates if _run_ns(tid) > ran[tid] >= 0)
     if len(workers) != width:

@@ -19,11 +19,12 @@ import numpy as np
 import taichi as ti
 from engine import backend, cpu_pool
 from engine.kernels.thread_pool import wake_workers
+from engine.launch import launch
 backend.init("cpu")
 pinned = cpu_pool.pinned()
 ran = {tid: cpu_pool._run_ns(tid) for tid in pinned}
 out = np.zeros(4096, np.int32)
-wake_workers(out)
+launch(wake_workers, out)
 ti.sync()
 print(json.dumps({
     "width": ti.lang.impl.current_cfg().cpu_max_num_threads,

@@ -9,6 +9,7 @@
   (docs/RESULTS.md, "Taichi's CPU target").
 """
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,5 +94,12 @@ def test_cpu_kernels_are_compiled_for_this_machines_cpu(tmp_path):
     group = next(line for line in ir.splitlines() if line.startswith(f"attributes #{attributes} "))
     assert "target-cpu" not in group and "target-features" not in group, group
     assembly = (tmp_path / "taichi_kernel_cpu_llvm_ir_optimized_asm_0000.s").read_text()
-    has_avx = "avx" in Path("/proc/cpuinfo").read_text().split()
-    assert ("vmulss" in assembly) == has_avx, "the cpu kernel's multiply is not encoded for this machine's CPU"
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    has_avx = "avx" in cpuinfo.split()
+    # LLVM 15 (Taichi 1.7.4's) names AMD CPUs up to family 25 (Zen 3); a later one (Zen 5: family 26) is "generic"
+    # to getHostCPUName, so the optimiser targets baseline x86-64 there (the JIT still encodes for the host's
+    # features; docs/RESULTS.md, issue 12 on the Zen 5 host). A newer LLVM that knows it fails here, on purpose.
+    family = int(re.search(r"^cpu family\s*:\s*(\d+)", cpuinfo, re.M).group(1))
+    named = not ("AuthenticAMD" in cpuinfo and family > 25)
+    assert ("vmulss" in assembly) == (has_avx and named), \
+        f"the cpu kernel's multiply is not encoded as expected for this CPU (family {family}, avx {has_avx})"
