@@ -26,8 +26,8 @@ the device, `engine.kernels.morton`), unless the caller says they are in a spati
 (`presorted`), so consecutive searches share the tree's cache lines, and writes each answer to
 its point's own index. With `warm`, each search first tests the face `out_face` holds for its
 point (the previous answer, in an iterative fit): a tight bound from the start, so fewer nodes
-are pushed; the distances found are the same. `closest_points` takes numpy (on the CPU the kernel reads and writes the
-arrays in place: one launch for one point).
+are pushed; the distances found are the same. `closest_points` takes numpy (on the CPU the
+kernel reads and writes the arrays in place: one launch for one point).
 
 `query` fields: points vec3 f32 (>= n,), out_face i32, out_bary vec3 f32, out_point vec3
 f32, out_dist2 f32 (each >= n,). `out_bary` weights the face's corners in `faces` order.
@@ -394,9 +394,10 @@ class TriangleBVH:
         return batch
 
     def _search(self, batch: _Batch, n: int, counts, sort: bool, warm: bool = False) -> None:
-        """The query kernel on batch.points[:n], in Morton order if `sort`. Its binding is kept per
-        batch, counter array, order and serial flag (the rest are the tree's own arrays and sizes),
-        so a call rewrites at most `n`: `_launch`'s general key would cost more than a one-point search."""
+        """The query kernel on batch.points[:n], in Morton order if `sort`, seeded from batch.hint if
+        `warm`. Its binding is kept per batch, counter array, order, serial and warm flags (the rest
+        are the tree's own arrays and sizes), so a call rewrites at most `n`: `_launch`'s general
+        key would cost more than a one-point search."""
         if sort:
             _Ordering.get().sort(batch.points, n, batch.perm, self._launch)
         serial = n <= SERIAL_MAX
