@@ -29,6 +29,14 @@ def _checked_folder(path: str) -> str:
     return str(check_folder(path))
 
 
+def median_spread(values: list[float]) -> tuple[float, float]:
+    """The median and (max - min) / median of repeated measurements."""
+    import statistics
+
+    median = statistics.median(values)
+    return median, (max(values) - min(values)) / median if median > 0 else 0.0
+
+
 def machine_load() -> str:
     """The load average: other processes on the machine change every figure."""
     return f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores"

@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bench import bench_parser, emit, machine_load
+from bench import bench_parser, emit, machine_load, median_spread
 from bench.closest_data import MESHES, cases, diagonal, mesh_named, queries
 from engine.errors import UserError
 from engine.parity import distance_error
@@ -122,12 +122,6 @@ def _timed(run: Callable[[], None], sync: Callable[[], None], calls: int) -> tup
 def _calls_for(run: Callable[[], None], sync: Callable[[], None], seconds: float = TARGET_S) -> int:
     once = _timed(run, sync, 1)[0]
     return max(1, min(5000, math.ceil(seconds / max(once, 1e-7))))
-
-
-def _median_spread(values: list[float]) -> tuple[float, float]:
-    """The median and (max - min) / median of repeated measurements."""
-    median = statistics.median(values)
-    return median, (max(values) - min(values)) / median if median > 0 else 0.0
 
 
 def _alternating(runs: dict[str, tuple[Callable, Callable]], repeats: int, progress,
@@ -240,7 +234,7 @@ def measure_mesh(mesh: str, arch: str, options, progress, result: dict) -> None:
                             for name, side in sides.items()}}
             times = _alternating({name: (lambda side=side: side.query(n), side.synchronize)
                                   for name, side in sides.items()}, options.repeats, progress)
-            cell["qps"] = {name: _median_spread([n / wall for wall, _ in measured]) for name, measured in times.items()}
+            cell["qps"] = {name: median_spread([n / wall for wall, _ in measured]) for name, measured in times.items()}
             cell["cpu_us"] = {name: statistics.median(cpu for _, cpu in measured) / n * 1e6
                               for name, measured in times.items()}
             cell["busy"] = {name: statistics.median(cpu / wall for wall, cpu in measured)
@@ -250,7 +244,7 @@ def measure_mesh(mesh: str, arch: str, options, progress, result: dict) -> None:
     refits = {name: (side.refit, side.synchronize) for name, side in sides.items() if hasattr(side, "refit")}
     for table, runs in (("build_ms", builds), ("refit_ms", refits)):
         times = _alternating(runs, options.repeats, progress, seconds=0.0 if table == "build_ms" else TARGET_S)
-        result[table][mesh] = {name: _median_spread([wall * 1e3 for wall, _ in measured])
+        result[table][mesh] = {name: median_spread([wall * 1e3 for wall, _ in measured])
                                for name, measured in times.items()}
     if mesh == "icosphere":
         point = queries(vertices, faces, "uniform", 1, seed=1)
@@ -259,7 +253,7 @@ def measure_mesh(mesh: str, arch: str, options, progress, result: dict) -> None:
             _validate(name, one_call(side, point), oracle, scale, "one query")
         times = _alternating({name: (lambda side=side: one_call(side, point), side.synchronize)
                               for name, side in sides.items()}, options.repeats, progress, seconds=ONE_QUERY_S)
-        result["one_query_us"] = {name: _median_spread([wall * 1e6 for wall, _ in measured])
+        result["one_query_us"] = {name: median_spread([wall * 1e6 for wall, _ in measured])
                                   for name, measured in times.items()}
     ours.destroy()
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import bench_parser, emit, machine_load
+from bench import bench_parser, emit, machine_load, median_spread
 from engine.errors import UserError
 
 TARGETS = ("spot", "blub", "penguin", "spot254k")
@@ -29,13 +29,12 @@ def _target_path(name: str, folder: Path) -> str:
     """A fit target: a bundled name as is; spot254k written once to `folder` as OBJ."""
     if name != "spot254k":
         return name
-    import trimesh
-
     from bench.closest_data import mesh_named
+    from engine.mesh_io import write_mesh
 
     path = folder / "spot254k.obj"
     if not path.exists():
-        trimesh.Trimesh(*mesh_named(name), process=False).export(path)
+        write_mesh(path, *mesh_named(name))
     return str(path)
 
 
@@ -117,9 +116,8 @@ def main(argv: list[str]) -> int:
              f"{machine_load()}", "",
              "| target | warm (ms / iteration) | cold | cold / warm | orders: warm / cold |", "|---|---:|---:|---:|---|"]
     for name, medians, orders in rows:
-        warm, cold = statistics.median(medians[True]), statistics.median(medians[False])
-        spread = {side: (max(v) - min(v)) / statistics.median(v) * 50 for side, v in medians.items()}
-        lines.append(f"| {name} | {warm:.2f} ±{spread[True]:.0f}% | {cold:.2f} ±{spread[False]:.0f}% | "
+        (warm, warm_spread), (cold, cold_spread) = median_spread(medians[True]), median_spread(medians[False])
+        lines.append(f"| {name} | {warm:.2f} ±{warm_spread * 50:.0f}% | {cold:.2f} ±{cold_spread * 50:.0f}% | "
                      f"{cold / warm:.2f} | {orders[True]:.3f} / {orders[False]:.3f} |")
     emit("\n".join(lines), "fit_iteration", options.out)
     return 0
