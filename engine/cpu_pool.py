@@ -82,6 +82,22 @@ def pin_workers(before: set[int]) -> dict[int, int]:
     return pinned()
 
 
+def loop_spread(blocks: int) -> tuple[int, int, int]:
+    """(span, chunk, threads) for a parallel loop over `blocks` blocks spread over the running
+    backend's threads by `engine.kernels.spread.spread_block` (its docstring says why): on the
+    CPU one chunk of at least CPU_MIN_CHUNK iterations per pool thread, elsewhere one block an
+    iteration."""
+    import taichi as ti
+
+    from engine.kernels.spread import CPU_MIN_CHUNK
+
+    if ti.lang.impl.current_cfg().arch not in (ti.x64, ti.arm64):
+        return blocks, blocks, 1
+    threads = ti.lang.impl.current_cfg().cpu_max_num_threads
+    chunk = max(-(-blocks // threads), CPU_MIN_CHUNK)
+    return threads * chunk, chunk, threads
+
+
 def pinned() -> dict[int, int]:
     """Worker thread id -> core, for the running program's pool (empty when not pinned)."""
     return dict(_pinned)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 import taichi as ti
 
-from engine import backend
+from engine import backend, cpu_pool
 from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.kernels import bvh_query as kernels
@@ -52,6 +52,7 @@ MAX_FACES = 1 << 24  # face indices above this lose precision in float32 leaf bo
 SORT_MIN = 2048  # `query` orders batches of this many points or more (docs/RESULTS.md, issue 12)
 SERIAL_MAX = 128  # batches of at most this many points are searched on the launching thread (RESULTS, issue 12)
 PARALLEL_NODES = 1024  # refit levels of fewer nodes run serially, in one launch
+REFIT_GROUP_LEVELS = 3  # the refit's parallel loop takes 4^3 leaves and their three inner levels an iteration
 PARALLEL_VERTICES = 1 << 16  # the vertex copy of smaller meshes runs serially
 SERIAL_COPY_MAX = 1024  # `query` gathers and scatters batches of at most this many points serially (RESULTS)
 
@@ -318,19 +319,21 @@ class TriangleBVH:
 
     def refit(self) -> None:
         """Recompute every bound from the current vertices on the device (deterministic): the vertex
-        copy, then the leaves with the inner levels too small to run in parallel in one launch (a
-        tree of up to 4^5 leaves: two launches in all), else the leaves, one launch per large level
+        copy, then the leaves in groups of REFIT_GROUP_LEVELS levels (each group's subtree in one
+        thread) with the inner levels too small to run in parallel in the same launch (a tree of up
+        to 4^7 leaves: two launches in all), else one launch per large level above the groups
         bottom-up, and the small levels above in one.
 
         Call after `vertices_field` changed (every fit iteration); the face order stays that of the
         build, so a mesh that deformed far gets slower queries (never wrong ones): then `rebuild()`."""
         self._launch(kernels.copy_vertices, self.vertices, self.mesh_vertices, self._serial_copy)
         level_start = lambda level: ((1 << (2 * level)) - 1) // 3  # noqa: E731
-        level = self.depth - 1
+        grouped = min(REFIT_GROUP_LEVELS, self.depth)
+        level = self.depth - 1 - grouped  # the deepest inner level the groups leave
         large = lambda level: level >= 0 and level_start(level + 1) - level_start(level) >= PARALLEL_NODES  # noqa: E731
         self._launch(kernels.refit_leaves, self.mesh_vertices, self.tree_faces, self.leaf_start, self.corner_packets,
-                     self.bound_packets, self.node_bound, self.nodes, self.n_inner, self.width,
-                     0 if large(level) else self.n_inner)
+                     self.bound_packets, self.node_bound, self.nodes, self.n_inner, self.width, grouped,
+                     *cpu_pool.loop_spread(self.n_leaves >> (2 * grouped)), 0 if large(level) else level_start(level + 1))
         if large(level):  # else the leaves' launch did every inner node
             while large(level):
                 self._launch(kernels.refit_level, self.nodes, self.node_bound, level_start(level),

@@ -202,6 +202,28 @@ def test_refit_and_rebuild_are_deterministic(ti_cpu):
     bvh.destroy()
 
 
+@pytest.mark.parametrize("group_levels,parallel_nodes", [(0, 1024), (1, 4), (2, 4), (6, 1024)])
+def test_refit_is_the_same_however_it_is_split(ti_cpu, monkeypatch, group_levels, parallel_nodes):
+    """The refit's groups of leaves (each with its subtree in one thread), its parallel levels and its
+    serial top give bit-identical trees whatever the split; (1, 4) and (2, 4) run levels above the
+    groups in parallel launches, (6, 1024) groups more levels than the tree has."""
+    import engine.triangle_bvh as triangle_bvh
+
+    vertices, faces = icosphere(4)  # depth 4 at the default leaf size
+    moved = (vertices * [1.3, 0.8, 1.0] + 0.1).astype(np.float32)
+    trees = [TriangleBVH.build(vertices, faces) for _ in range(2)]
+    for tree in trees:  # the default split, then the one under test, each onto a tree built unmoved
+        tree.vertices.from_numpy(moved)
+        tree.refit()
+        monkeypatch.setattr(triangle_bvh, "REFIT_GROUP_LEVELS", group_levels)
+        monkeypatch.setattr(triangle_bvh, "PARALLEL_NODES", parallel_nodes)
+    for name in ("nodes", "node_bound", "corner_packets", "bound_packets"):
+        np.testing.assert_array_equal(tree_array(getattr(trees[1], name)), tree_array(getattr(trees[0], name)))
+    assert_bounds_hold(trees[1])
+    for tree in trees:
+        tree.destroy()
+
+
 def test_nan_query_is_a_counted_miss(ti_cpu):
     vertices, faces = icosphere(2)
     bvh = TriangleBVH.build(vertices, faces)

@@ -43,6 +43,7 @@ untaped; gradients come from the envelope theorem on the returned face and baryc
 """
 import taichi as ti
 
+from engine.kernels.spread import spread_block
 from engine.kernels.triangle import closest_point_on_triangle
 
 STACK_SIZE = 32  # entries per query thread; >= 3 depth is enough (see module docstring)
@@ -213,60 +214,86 @@ def copy_vertices(source: ti.template(), vertices: ti.types.ndarray(), serial: t
         vertices[v] = ti.cast(source[v], ti.f32)
 
 
+@ti.func
+def _refit_leaf(vertices: ti.template(), tree_faces: ti.template(), leaf_start: ti.template(),
+                corner_packets: ti.template(), bound_packets: ti.template(), node_bound: ti.template(),
+                first_leaf, width, k):
+    """Leaf k: each triangle's corners from `vertices` into its slot of the leaf's packets, its disc
+    bound (`_disc`), the leaf's box and normal sum; NaN in the slots past the leaf's count (never
+    near); then the leaf's slab-cylinder about its box centre and mean plane, its corners gathered
+    again (cheaper on the CPU than reading them back from the packets). A triangle at a time in
+    scalars: on the CPU the fewest instructions per triangle (four slots at a time measured 1.5x
+    slower, docs/RESULTS.md)."""
+    start, count, first = leaf_start[k], leaf_start[k + 1] - leaf_start[k], k * (width // 4)
+    lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
+    hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
+    normals = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
+    for t in range(count):
+        f = tree_faces[start + t]
+        a, b, c = vertices[f[0]], vertices[f[1]], vertices[f[2]]
+        packet, lane = first + (t >> 2), t & 3
+        # lane by lane: a.x of slots 0..3, a.y, ... (CORNER_PACKET, BOUND_PACKET); each array's stores
+        # together (a store may alias the arguments, so LLVM reloads the other array's pointer after it)
+        for e in ti.static(range(3)):
+            corner_packets[packet][4 * e + lane] = a[e]
+            corner_packets[packet][4 * (3 + e) + lane] = b[e]
+            corner_packets[packet][4 * (6 + e) + lane] = c[e]
+        u, m, radius, slack, n = _disc(a, b, c)
+        for e in ti.static(range(3)):
+            bound_packets[packet][4 * e + lane] = u[e]
+            bound_packets[packet][4 * (3 + e) + lane] = m[e]
+        bound_packets[packet][24 + lane] = radius
+        bound_packets[packet][28 + lane] = slack
+        normals += n
+        # this association compiles to minps/maxps; ((lo, a), b), c came out as compare-and-blend
+        # chains from LLVM's SLP vectoriser, 0.12 ms more on the icosphere (docs/RESULTS.md)
+        lo, hi = _min(_min(a, b), _min(lo, c)), _max(_max(a, b), _max(hi, c))
+    for t in range(count, width):  # empty slots
+        packet, lane = first + (t >> 2), t & 3
+        for row in ti.static(range(CORNER_PACKET // 4)):
+            corner_packets[packet][4 * row + lane] = _NAN
+        for row in ti.static(range(BOUND_PACKET // 4)):
+            bound_packets[packet][4 * row + lane] = _NAN
+    axis = _unit(normals)  # the area-weighted normal: the mean plane
+    centre = (lo + hi) * 0.5
+    radius2 = 0.0
+    thickness = 0.0
+    for t in range(count):
+        f = tree_faces[start + t]
+        for corner in ti.static(range(3)):
+            w = vertices[f[corner]] - centre
+            radius2 = _max(w.dot(w), radius2)  # the 3D distance bounds the lateral one
+            thickness = _max(ti.abs(axis.dot(w)), thickness)
+    node_bound[first_leaf + k] = _bound_vector(lo, hi, axis, centre, ti.sqrt(radius2), thickness)
+
+
 @ti.kernel
 def refit_leaves(vertices: ti.types.ndarray(), tree_faces: ti.types.ndarray(),
                  leaf_start: ti.types.ndarray(), corner_packets: ti.types.ndarray(),
                  bound_packets: ti.types.ndarray(), node_bound: ti.types.ndarray(), nodes: ti.types.ndarray(),
-                 first_leaf: ti.i32, width: ti.i32, top_end: ti.i32):
-    """Refit, first step, leaf by leaf: each triangle's corners from `vertices` into its slot of the
-    leaf's packets, its disc bound (`_disc`), the leaf's box and normal sum; NaN in the slots past
-    the leaf's count (never near); then the leaf's slab-cylinder about its box centre and mean
-    plane, its corners gathered again (cheaper on the CPU than reading them back from the packets).
-    A triangle at a time in scalars: on the CPU the fewest instructions per triangle (four slots at
-    a time measured 1.5x slower, docs/RESULTS.md). Then, in the same launch, inner nodes
-    top_end - 1 .. 0 serially, children before parents (`refit_level`'s serial case): a small
-    tree's whole refit in one launch (the host passes top_end = first_leaf when no inner level is
-    large enough to run in parallel, else 0)."""
-    for k in range(leaf_start.shape[0] - 1):
-        start, count, first = leaf_start[k], leaf_start[k + 1] - leaf_start[k], k * (width // 4)
-        lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
-        hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
-        normals = ti.Vector([0.0, 0.0, 0.0], dt=ti.f32)
-        for t in range(count):
-            f = tree_faces[start + t]
-            a, b, c = vertices[f[0]], vertices[f[1]], vertices[f[2]]
-            packet, lane = first + (t >> 2), t & 3
-            # lane by lane: a.x of slots 0..3, a.y, ... (CORNER_PACKET, BOUND_PACKET); each array's stores
-            # together (a store may alias the arguments, so LLVM reloads the other array's pointer after it)
-            for e in ti.static(range(3)):
-                corner_packets[packet][4 * e + lane] = a[e]
-                corner_packets[packet][4 * (3 + e) + lane] = b[e]
-                corner_packets[packet][4 * (6 + e) + lane] = c[e]
-            u, m, radius, slack, n = _disc(a, b, c)
-            for e in ti.static(range(3)):
-                bound_packets[packet][4 * e + lane] = u[e]
-                bound_packets[packet][4 * (3 + e) + lane] = m[e]
-            bound_packets[packet][24 + lane] = radius
-            bound_packets[packet][28 + lane] = slack
-            normals += n
-            lo, hi = _min(_min(_min(lo, a), b), c), _max(_max(_max(hi, a), b), c)
-        for t in range(count, width):  # empty slots
-            packet, lane = first + (t >> 2), t & 3
-            for row in ti.static(range(CORNER_PACKET // 4)):
-                corner_packets[packet][4 * row + lane] = _NAN
-            for row in ti.static(range(BOUND_PACKET // 4)):
-                bound_packets[packet][4 * row + lane] = _NAN
-        axis = _unit(normals)  # the area-weighted normal: the mean plane
-        centre = (lo + hi) * 0.5
-        radius2 = 0.0
-        thickness = 0.0
-        for t in range(count):
-            f = tree_faces[start + t]
-            for corner in ti.static(range(3)):
-                w = vertices[f[corner]] - centre
-                radius2 = _max(w.dot(w), radius2)  # the 3D distance bounds the lateral one
-                thickness = _max(ti.abs(axis.dot(w)), thickness)
-        node_bound[first_leaf + k] = _bound_vector(lo, hi, axis, centre, ti.sqrt(radius2), thickness)
+                 first_leaf: ti.i32, width: ti.i32, levels: ti.i32, span: ti.i32, chunk: ti.i32, threads: ti.i32,
+                 top_end: ti.i32):
+    """Refit, first step, in groups of 4^levels consecutive leaves: each group's leaves
+    (`_refit_leaf`), then its `levels` inner levels bottom-up in the same thread (the subtree
+    the group's leaves make up), so the lowest inner levels cost no launch and no serial tail.
+    The groups are spread over the threads (`spread_block`; span, chunk, threads from
+    `engine.cpu_pool.loop_spread`). Then, in the same launch, inner nodes top_end - 1 .. 0
+    serially, children before parents (`refit_level`'s serial case): a small tree's whole refit
+    in one launch (the host passes top_end = the first node below them when no inner level above
+    the groups is large enough to run in parallel, else 0)."""
+    groups = (leaf_start.shape[0] - 1) >> (2 * levels)
+    for j in range(span):
+        group = spread_block(j, threads, chunk)
+        if group < groups:
+            for i in range(1 << (2 * levels)):
+                _refit_leaf(vertices, tree_faces, leaf_start, corner_packets, bound_packets, node_bound,
+                            first_leaf, width, (group << (2 * levels)) + i)
+            level_begin = first_leaf
+            for above in range(levels):  # the group's nodes one level up at a time: (level_begin - 1) / 4 starts it
+                level_begin = (level_begin - 1) >> 2
+                count = 1 << (2 * (levels - 1 - above))
+                for i in range(count):
+                    _refit_node(nodes, node_bound, level_begin + group * count + i)
     ti.loop_config(serialize=True)
     for j in range(top_end):
         _refit_node(nodes, node_bound, top_end - 1 - j)
