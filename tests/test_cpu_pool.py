@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,68 @@ def test_not_pinned_when_the_process_may_not_use_every_core():
 def test_not_pinned_for_a_one_thread_pool():
     seen = probe(env={"SHANNON_PIN_THREADS": "1", "TI_CPU_MAX_NUM_THREADS": "1"})
     assert seen["width"] == 1 and seen["pinned"] == {}
+
+
+CHUNKS = """
+import json
+import numpy as np
+import taichi as ti
+from engine import backend, cpu_pool
+from engine.kernels.spread import spread_block
+backend.init("cpu")
+
+@ti.func
+def spin(i):
+    s = 0.0
+    for j in range(20000):
+        s = ti.sqrt(s + ti.cast(i + j, ti.f32))
+    return s
+
+@ti.kernel
+def plain(out: ti.types.ndarray(), n: ti.i32):
+    for i in range(n):
+        out[i] = spin(i)
+
+@ti.kernel
+def spread(out: ti.types.ndarray(), n: ti.i32, span: ti.i32, chunk: ti.i32, threads: ti.i32):
+    for j in range(span):
+        i = spread_block(j, threads, chunk)
+        if i < n:
+            out[i] = spin(i)
+
+def share(run):
+    # the less busy worker's CPU time over the busier one's, during one launch
+    workers = list(cpu_pool.pinned())
+    before = [cpu_pool._run_ns(tid) for tid in workers]
+    run()
+    ti.sync()
+    grew = sorted(cpu_pool._run_ns(tid) - ran for tid, ran in zip(workers, before))
+    return grew[0] / grew[-1]
+
+out = np.zeros(1024, np.float32)
+plain(out, 8)
+spread(out, 8, *cpu_pool.loop_spread(8))  # compiled before anything is counted
+print(json.dumps({"workers": len(cpu_pool.pinned()),
+                  "plain_512": share(lambda: plain(out, 512)), "plain_1024": share(lambda: plain(out, 1024)),
+                  "spread_64": share(lambda: spread(out, 64, *cpu_pool.loop_spread(64))),
+                  "all_done": bool((out[:1024] > 0).all())}))
+"""
+
+
+@linux_only
+def test_cpu_range_for_gives_each_thread_one_chunk_of_at_least_512(tmp_path):
+    """The Taichi behaviour engine/kernels/spread.py works around: a parallel range-for of 512
+    iterations runs on one worker, one of 1024 on both; a spread loop of 64 blocks on both.
+    Measured as each pinned worker's CPU time during the launch (not wall time)."""
+    script = tmp_path / "chunks.py"  # a file: Taichi reads a kernel's source
+    script.write_text(CHUNKS)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                            cwd=Path(__file__).resolve().parents[1],
+                            env={**os.environ, "SHANNON_PIN_THREADS": "1", "TI_CPU_MAX_NUM_THREADS": "2"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    if seen["workers"] != 2:
+        pytest.skip(f"needs a pool of two pinned workers (two allowed cores); found {seen['workers']}")
+    assert seen["all_done"]
+    assert seen["plain_512"] < 0.05, seen  # one worker did it all: the other only woke
+    assert seen["plain_1024"] > 0.5 and seen["spread_64"] > 0.5, seen
