@@ -82,6 +82,13 @@ def pin_workers(before: set[int]) -> dict[int, int]:
     return pinned()
 
 
+def on_cpu() -> bool:
+    """Whether the running Taichi program is on the CPU backend."""
+    import taichi as ti
+
+    return ti.lang.impl.current_cfg().arch in (ti.x64, ti.arm64)
+
+
 def loop_spread(blocks: int) -> tuple[int, int, int]:
     """(span, chunk, threads) for a parallel loop over `blocks` blocks spread over the running
     backend's threads by `engine.kernels.spread.spread_block` (its docstring says why): on the
@@ -91,7 +98,7 @@ def loop_spread(blocks: int) -> tuple[int, int, int]:
 
     from engine.kernels.spread import CPU_MIN_CHUNK
 
-    if ti.lang.impl.current_cfg().arch not in (ti.x64, ti.arm64):
+    if not on_cpu():
         return blocks, blocks, 1
     threads = ti.lang.impl.current_cfg().cpu_max_num_threads
     chunk = max(-(-blocks // threads), CPU_MIN_CHUNK)

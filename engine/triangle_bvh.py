@@ -50,6 +50,7 @@ from engine.launch import launch
 DEFAULT_LEAF_SIZE = 24  # most faces per leaf; chosen by measurement (docs/RESULTS.md)
 MAX_FACES = 1 << 24  # face indices above this lose precision in float32 leaf bookkeeping
 SORT_MIN = 2048  # `query` orders batches of this many points or more (docs/RESULTS.md, issue 12)
+QUERY_BLOCK = 4  # consecutive points (in search order) an iteration of the query loop takes on the CPU
 SERIAL_MAX = 128  # batches of at most this many points are searched on the launching thread (RESULTS, issue 12)
 PARALLEL_NODES = 1024  # refit levels of fewer nodes run serially, in one launch
 REFIT_GROUP_LEVELS = 3  # the refit's parallel loop takes 4^3 leaves and their three inner levels an iteration
@@ -163,6 +164,15 @@ class _Batch:
         self.hint = new(1, np.int32)  # each point's warm-start slot (`query(warm=True)`), else unused
         self.counts = np.zeros(2, np.int32)  # misses and overflows of one `closest_points` call
         self.searches: dict[tuple, BoundLaunch] = {}  # the query kernel's bindings on these arrays (`_search`)
+
+
+def _query_shape(n: int, serial: bool) -> tuple[int, int, int, int]:
+    """(block, span, chunk, threads) of the query loop over n points: on the CPU blocks of QUERY_BLOCK
+    points spread over the pool's threads (one thread when `serial`); elsewhere a point an iteration."""
+    if not cpu_pool.on_cpu():
+        return 1, n, n, 1
+    blocks = -(-n // QUERY_BLOCK)
+    return (QUERY_BLOCK, blocks, blocks, 1) if serial else (QUERY_BLOCK, *cpu_pool.loop_spread(blocks))
 
 
 class _Ordering:
@@ -408,11 +418,13 @@ class TriangleBVH:
         bound = batch.searches.get(key)
         if bound is None:
             bound = batch.searches[key] = bind(
-                kernels.closest_point_query, batch.points, n, batch.perm, int(sort), self.corner_packets,
-                self.bound_packets, self.leaf_start, self.width, self.nodes, self.order, self.depth, batch.face,
-                batch.bary, batch.point, batch.dist2, counts, self.stack_size, serial, batch.hint, warm)
+                kernels.closest_point_query, batch.points, n, *_query_shape(n, serial), batch.perm, int(sort),
+                self.corner_packets, self.bound_packets, self.leaf_start, self.width, self.nodes, self.order,
+                self.depth, batch.face, batch.bary, batch.point, batch.dist2, counts, self.stack_size, serial,
+                batch.hint, warm)
         elif bound.args[1] != n:
-            bound.set(1, n)
+            for position, value in enumerate((n, *_query_shape(n, serial)), start=1):
+                bound.set(position, value)
         bound()
 
     def _buffers_for(self, n: int) -> QueryBuffers:

@@ -48,7 +48,6 @@ from engine.kernels.triangle import closest_point_on_triangle
 
 STACK_SIZE = 32  # entries per query thread; >= 3 depth is enough (see module docstring)
 MISSES, OVERFLOWS = 0, 1  # indices into the counters field
-QUERY_BLOCK = 4  # points per block of the parallel query loop
 SLACK = 4e-6  # bound slack relative to the squared size of the bound's geometry (see module docstring)
 CORNER_PACKET = 36  # four slots' corners a, b, c, coordinate by coordinate: a.x of slots 0..3, a.y, ..., c.z
 BOUND_PACKET = 32  # four slots' disc bounds the same way: normal, centroid, radius, slack
@@ -479,9 +478,34 @@ def _search(p, corner_packets: ti.template(), bound_packets: ti.template(), leaf
     return face, best_bary, best_point, best, overflows
 
 
+@ti.func
+def _query_one(i, points: ti.template(), perm: ti.template(), permuted, corner_packets: ti.template(),
+               bound_packets: ti.template(), leaf_start: ti.template(), width, nodes: ti.template(),
+               order: ti.template(), depth, out_face: ti.template(), out_bary: ti.template(),
+               out_point: ti.template(), out_dist2: ti.template(), counts: ti.template(), stack_size: ti.template(),
+               hint_slots: ti.template(), warm: ti.template()):
+    """The i-th search of `closest_point_query`, its answers written to the point's own index."""
+    q = i
+    if permuted:
+        q = perm[i]
+    hint = -1
+    if ti.static(warm):
+        hint = hint_slots[q]
+    face, bary, point, dist2, overflows = _search(points[q], corner_packets, bound_packets, leaf_start, width,
+                                                  nodes, order, depth, stack_size, hint)
+    if overflows > 0:
+        ti.atomic_add(counts[OVERFLOWS], overflows)
+    if face < 0:
+        ti.atomic_add(counts[MISSES], 1)
+    out_face[q] = face
+    out_bary[q] = bary
+    out_point[q] = point
+    out_dist2[q] = dist2
+
+
 @ti.kernel
-def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n: ti.i32,
-                        perm: ti.types.ndarray(dtype=ti.i32, ndim=1), permuted: ti.i32,
+def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n: ti.i32, block: ti.i32,
+                        span: ti.i32, chunk: ti.i32, threads: ti.i32, perm: ti.types.ndarray(dtype=ti.i32, ndim=1), permuted: ti.i32,
                         corner_packets: ti.types.ndarray(), bound_packets: ti.types.ndarray(),
                         leaf_start: ti.types.ndarray(),
                         width: ti.i32, nodes: ti.types.ndarray(), order: ti.types.ndarray(), depth: ti.i32,
@@ -498,28 +522,19 @@ def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n:
     index either way. A point with no hit (NaN input) gets face -1; misses and stack overflows
     are added to counts[MISSES], counts[OVERFLOWS]. Arrays only (numpy on the CPU without a
     copy), so the kernel compiles once per process whatever the mesh and the callers' fields.
-    `serial` runs the loop on the launching thread: for a few points, waking the CPU backend's
-    thread pool costs more (~13 us) than the searches. Otherwise blocks of QUERY_BLOCK points
-    go to whichever thread is free: searches vary in cost, and a batch of 128 stays balanced.
-    `warm`: hint_slots[q] (a slot, or -1) seeds point q's search (`_search`)."""
-    ti.loop_config(serialize=serial, block_dim=QUERY_BLOCK)
-    for i in range(n):
-        q = i
-        if permuted:
-            q = perm[i]
-        hint = -1
-        if ti.static(warm):
-            hint = hint_slots[q]
-        face, bary, point, dist2, overflows = _search(points[q], corner_packets, bound_packets, leaf_start, width,
-                                                      nodes, order, depth, stack_size, hint)
-        if overflows > 0:
-            ti.atomic_add(counts[OVERFLOWS], overflows)
-        if face < 0:
-            ti.atomic_add(counts[MISSES], 1)
-        out_face[q] = face
-        out_bary[q] = bary
-        out_point[q] = point
-        out_dist2[q] = dist2
+    The points go in blocks of `block` consecutive ones (in search order), the blocks spread over
+    the threads (`spread_block`; span, chunk, threads from `engine.cpu_pool.loop_spread`): on the
+    CPU each thread takes every threads-th block, so a small batch uses every thread and a batch
+    whose searches cost more in one part than another stays balanced. `serial` runs the loop on
+    the launching thread: for a few points, waking the CPU backend's thread pool costs more
+    (~10 us) than the searches. `warm`: hint_slots[q] (a slot, or -1) seeds point q's search
+    (`_search`)."""
+    ti.loop_config(serialize=serial)
+    for j in range(span):
+        first = spread_block(j, threads, chunk) * block
+        for i in range(first, ti.min(first + block, n)):
+            _query_one(i, points, perm, permuted, corner_packets, bound_packets, leaf_start, width, nodes, order,
+                       depth, out_face, out_bary, out_point, out_dist2, counts, stack_size, hint_slots, warm)
 
 
 @ti.kernel
