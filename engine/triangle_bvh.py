@@ -322,7 +322,8 @@ class TriangleBVH:
         self._launch(kernels.copy_vertices, self.vertices, self.mesh_vertices, self._serial_copy)
         self._launch(kernels.face_centroids, self.mesh_vertices, self.mesh_faces, self.order, self.centroids)
         for level in range(2 * self.depth):
-            self._launch(kernels.split_level, self.order, self.centroids, self.leaf_start, level, 2 * self.depth)
+            self._launch(kernels.split_level, self.order, self.centroids, self.leaf_start, level, 2 * self.depth,
+                         *cpu_pool.loop_spread(1 << level))
         self._launch(kernels.sort_faces, self.mesh_faces, self.order, self.tree_faces)
         self._launch(kernels.slot_of_faces, self.order, self.leaf_start, self.width, self.face_slot)
         self.refit()

@@ -340,17 +340,22 @@ def _swap(order: ti.template(), centroids: ti.template(), i, j):
 
 
 @ti.kernel
-def split_level(order: ti.types.ndarray(), centroids: ti.types.ndarray(), leaf_start: ti.types.ndarray(), level: ti.i32, levels: ti.i32):
+def split_level(order: ti.types.ndarray(), centroids: ti.types.ndarray(), leaf_start: ti.types.ndarray(), level: ti.i32,
+                levels: ti.i32, span: ti.i32, chunk: ti.i32, threads: ti.i32):
     """One binary level of the median split: every node's slots, sorted so far by the levels
     above, are partitioned about their median along the node's longest centroid axis.
 
     Binary node j of `level` owns leaf_start[j << (levels - level)] .. [(j + 1) << ...]: the
     same floor(j F / 2^level) boundaries as the 4-ary tree's leaves, two binary levels per
     4-ary level. Quickselect (Hoare partition, median-of-three pivot) in place, one thread
-    per node: deterministic, the whole level in O(F).
+    per node, the nodes spread over the threads (`spread_block`; the upper levels have fewer
+    nodes than Taichi's CPU backend gives one thread): deterministic, the whole level in O(F).
     """
     shift = levels - level
-    for j in range(1 << level):
+    for jj in range(span):
+        j = spread_block(jj, threads, chunk)
+        if j >= (1 << level):
+            continue
         start, end = leaf_start[j << shift], leaf_start[(j + 1) << shift]
         mid = leaf_start[(2 * j + 1) << (shift - 1)]
         lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
