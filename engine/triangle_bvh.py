@@ -332,7 +332,7 @@ class TriangleBVH:
         """Recompute every bound from the current vertices on the device (deterministic): the vertex
         copy, then the leaves in groups of REFIT_GROUP_LEVELS levels (each group's subtree in one
         thread) with the inner levels too small to run in parallel in the same launch (a tree of up
-        to 4^7 leaves: two launches in all), else one launch per large level above the groups
+        to 4^8 leaves: two launches in all), else one launch per large level above the groups
         bottom-up, and the small levels above in one.
 
         Call after `vertices_field` changed (every fit iteration); the face order stays that of the
@@ -344,7 +344,8 @@ class TriangleBVH:
         large = lambda level: level >= 0 and level_start(level + 1) - level_start(level) >= PARALLEL_NODES  # noqa: E731
         self._launch(kernels.refit_leaves, self.mesh_vertices, self.tree_faces, self.leaf_start, self.corner_packets,
                      self.bound_packets, self.node_bound, self.nodes, self.n_inner, self.width, grouped,
-                     *cpu_pool.loop_spread(self.n_leaves >> (2 * grouped)), 0 if large(level) else level_start(level + 1))
+                     *cpu_pool.loop_spread(self.n_leaves >> (2 * grouped)),
+                     0 if large(level) else level_start(level + 1))
         if large(level):  # else the leaves' launch did every inner node
             while large(level):
                 self._launch(kernels.refit_level, self.nodes, self.node_bound, level_start(level),

@@ -222,7 +222,7 @@ def _refit_leaf(vertices: ti.template(), tree_faces: ti.template(), leaf_start: 
     near); then the leaf's slab-cylinder about its box centre and mean plane, its corners gathered
     again (cheaper on the CPU than reading them back from the packets). A triangle at a time in
     scalars: on the CPU the fewest instructions per triangle (four slots at a time measured 1.5x
-    slower, docs/RESULTS.md)."""
+    slower, and as slow again without lane masks: docs/RESULTS.md)."""
     start, count, first = leaf_start[k], leaf_start[k + 1] - leaf_start[k], k * (width // 4)
     lo = ti.Vector([_INF, _INF, _INF], dt=ti.f32)
     hi = ti.Vector([-_INF, -_INF, -_INF], dt=ti.f32)
@@ -510,7 +510,8 @@ def _query_one(i, points: ti.template(), perm: ti.template(), permuted, corner_p
 
 @ti.kernel
 def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n: ti.i32, block: ti.i32,
-                        span: ti.i32, chunk: ti.i32, threads: ti.i32, perm: ti.types.ndarray(dtype=ti.i32, ndim=1), permuted: ti.i32,
+                        span: ti.i32, chunk: ti.i32, threads: ti.i32,
+                        perm: ti.types.ndarray(dtype=ti.i32, ndim=1), permuted: ti.i32,
                         corner_packets: ti.types.ndarray(), bound_packets: ti.types.ndarray(),
                         leaf_start: ti.types.ndarray(),
                         width: ti.i32, nodes: ti.types.ndarray(), order: ti.types.ndarray(), depth: ti.i32,

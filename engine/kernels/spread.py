@@ -3,7 +3,7 @@
 Taichi 1.7.4's CPU backend cuts a parallel range-for into one contiguous chunk per pool thread,
 of at least CPU_MIN_CHUNK iterations, whatever `loop_config(block_dim=...)` asks: a loop of up to
 512 iterations runs on one thread, a longer one in static halves on two threads, and a half
-whose iterations cost more than the other's holds the launch up (tests/test_taichi_contract.py
+whose iterations cost more than the other's holds the launch up (tests/test_cpu_pool.py
 checks this; docs/DESIGN.md). A loop over `span` iterations whose iteration j takes block
 `spread_block(j, threads, chunk)` (nothing where that is past the last block) puts blocks
 t, t + threads, t + 2 threads, ... on thread t: every thread gets its share of a small loop,
