@@ -330,16 +330,17 @@ class TriangleBVH:
 
     def refit(self) -> None:
         """Recompute every bound from the current vertices on the device (deterministic): the vertex
-        copy, then the leaves in groups of REFIT_GROUP_LEVELS levels (each group's subtree in one
-        thread) with the inner levels too small to run in parallel in the same launch (a tree of up
-        to 4^8 leaves: two launches in all), else one launch per large level above the groups
-        bottom-up, and the small levels above in one.
+        copy, then the leaves in groups of REFIT_GROUP_LEVELS levels on the CPU (each group's subtree
+        in one thread; on a GPU a leaf a thread) with the inner levels too small to run in parallel in
+        the same launch (on the CPU a tree of up to 4^8 leaves: two launches in all), else one launch
+        per large level above the groups bottom-up, and the small levels above in one.
 
         Call after `vertices_field` changed (every fit iteration); the face order stays that of the
         build, so a mesh that deformed far gets slower queries (never wrong ones): then `rebuild()`."""
         self._launch(kernels.copy_vertices, self.vertices, self.mesh_vertices, self._serial_copy)
         level_start = lambda level: ((1 << (2 * level)) - 1) // 3  # noqa: E731
-        grouped = min(REFIT_GROUP_LEVELS, self.depth)
+        # a GPU wants a thread per leaf: its groups would leave most of it idle
+        grouped = min(REFIT_GROUP_LEVELS, self.depth) if cpu_pool.on_cpu() else 0
         level = self.depth - 1 - grouped  # the deepest inner level the groups leave
         large = lambda level: level >= 0 and level_start(level + 1) - level_start(level) >= PARALLEL_NODES  # noqa: E731
         self._launch(kernels.refit_leaves, self.mesh_vertices, self.tree_faces, self.leaf_start, self.corner_packets,

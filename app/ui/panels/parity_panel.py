@@ -32,8 +32,6 @@ def draw(state: AppState, gfx: Gfx) -> None:
     view = state.parity
     imgui.text(f"{state.backend or state.arch} (A) vs {state.parity_arch} (B)")
     imgui.same_line()
-    _status_badge(view.status)
-    imgui.same_line()
     imgui.begin_disabled(view.status != "idle")
     if imgui.small_button("compare gradients"):
         state.commands.append(Command("parity_grad"))
@@ -47,6 +45,8 @@ def draw(state: AppState, gfx: Gfx) -> None:
     imgui.end_disabled()
     imgui.set_item_tooltip("d loss / d scene parameters of the inverse render at its current parameters, on both "
                            "backends, over the pixels whose images agree (as the claim render_grad_parity)")
+    imgui.same_line()
+    _status_badge(view.status)  # last on the line: its width changes with the status, the buttons' place must not
     if view.render_grad_stage:
         elapsed = f" ({time.perf_counter() - view.render_grad_started:.0f} s)" if state.show_timings else ""
         imgui.text_colored(colours.BUSY, f"{spinner(state)} comparing the render gradient: "
