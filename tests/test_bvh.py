@@ -211,10 +211,12 @@ def test_refit_is_the_same_however_it_is_split(ti_cpu, monkeypatch, group_levels
 
     vertices, faces = icosphere(4)  # depth 4 at the default leaf size
     moved = (vertices * [1.3, 0.8, 1.0] + 0.1).astype(np.float32)
-    trees = [TriangleBVH.build(vertices, faces) for _ in range(2)]
-    for tree in trees:  # the default split, then the one under test, each onto a tree built unmoved
-        tree.vertices.from_numpy(moved)
+    trees = []
+    for _ in range(2):  # the default split, then the one under test (a tree takes its groups when built)
+        tree = TriangleBVH.build(vertices, faces)
+        tree.vertices.from_numpy(moved)  # refitted from the unmoved tree's bounds
         tree.refit()
+        trees.append(tree)
         monkeypatch.setattr(triangle_bvh, "REFIT_GROUP_LEVELS", group_levels)
         monkeypatch.setattr(triangle_bvh, "PARALLEL_NODES", parallel_nodes)
     for name in ("nodes", "node_bound", "corner_packets", "bound_packets"):
