@@ -30,7 +30,6 @@ import secrets
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import threading
 import time
@@ -154,11 +153,11 @@ class RaySession:
         while not connected.wait(0.2):
             refused = b"InvalidAuthToken" in os.pread(held, 1 << 20, 0)
             if refused or time.monotonic() > deadline:
-                os.dup2(saved, 2)
                 reason = ("the cluster refused this command's token: set RAY_AUTH_MODE=token and the cluster's "
                           "RAY_AUTH_TOKEN" if refused else
                           f"Ray did not connect within {self.connect_timeout:g} s (is a Ray head listening there?)")
-                print(f"error: --address {self.address}: {reason}", file=sys.stderr, flush=True)
+                # Written to the saved stderr while fd 2 stays held: Ray's core may log again before _exit.
+                os.write(saved, f"error: --address {self.address}: {reason}\n".encode())
                 os._exit(2)  # ray.init cannot be interrupted from another thread; nothing local was started
 
     def _start(self) -> None:
