@@ -236,13 +236,36 @@ class TriangleBVH:
 
     def __init__(self, vertices_field, faces_field, leaf_size: int = DEFAULT_LEAF_SIZE,
                  stack_size: int = kernels.STACK_SIZE) -> None:
+        self._allocate(vertices_field.to_numpy(), faces_field.to_numpy(), leaf_size, stack_size)
+        self.vertices, self.faces = vertices_field, faces_field
+        self.rebuild()
+
+    @classmethod
+    def build(cls, vertices: np.ndarray, faces: np.ndarray, leaf_size: int = DEFAULT_LEAF_SIZE,
+              stack_size: int = kernels.STACK_SIZE) -> "TriangleBVH":
+        """A BVH that owns float32/int32 copies of `vertices` (V, 3) float and `faces` (F, 3) int:
+        `bvh.vertices` and `bvh.faces` are then its own ndarrays (move the mesh with
+        `bvh.vertices.from_numpy`, then `refit()`). No fields: every Taichi kernel compiles once per
+        field it is given, and freeing a field group drops every compiled kernel of the process
+        (Taichi 1.7.4, `tests/test_taichi_contract.py`), so a tree on fields cost ~0.5 s to make and
+        to free even for a small mesh (docs/RESULTS.md).
+
+        Raises what the constructor raises (the mesh is checked before anything is allocated)."""
+        vertices, faces = np.asarray(vertices), np.asarray(faces)
+        bvh = cls.__new__(cls)
+        bvh._allocate(vertices, faces, leaf_size, stack_size)
+        bvh.mesh_vertices.from_numpy(vertices.astype(np.float32))
+        bvh.vertices, bvh.faces = bvh.mesh_vertices, bvh.mesh_faces
+        bvh.rebuild()
+        return bvh
+
+    def _allocate(self, vertices: np.ndarray, faces: np.ndarray, leaf_size: int, stack_size: int) -> None:
+        """Check the mesh and the sizes, shape the tree and allocate its arrays (the faces copied in)."""
         if not 4 <= leaf_size <= 64:  # at least 4: no leaf is empty (see tree_depth)
             raise UserError(f"BVH leaf size must be in 4..64, got {leaf_size}")
-        self.vertices, self.faces = vertices_field, faces_field
+        _check_mesh(vertices, faces)
         self.leaf_size = leaf_size
-        faces_np = faces_field.to_numpy()
-        _check_mesh(vertices_field.to_numpy(), faces_np)
-        self.n_faces = len(faces_np)
+        self.n_faces = len(faces)
         if self.n_faces > MAX_FACES:
             raise UserError(f"BVH of {self.n_faces:,} faces: at most {MAX_FACES:,} are supported")
         self.depth = tree_depth(self.n_faces, leaf_size)
@@ -263,10 +286,10 @@ class TriangleBVH:
         self._refit_spread = cpu_pool.loop_spread(self.n_leaves >> (2 * self._refit_groups))
         # the tree's own arrays are ndarrays: every kernel compiles once per process, whatever the mesh size
         vector = lambda width, shape: ti.ndarray(ti.types.vector(width, ti.f32), shape)  # noqa: E731
-        self.mesh_vertices = vector(3, (vertices_field.shape[0],))  # refit's copy of the vertex field
-        self._serial_copy = vertices_field.shape[0] < PARALLEL_VERTICES
+        self.mesh_vertices = vector(3, (len(vertices),))  # a vertex field's copy, or `build`'s vertices
+        self._serial_copy = len(vertices) < PARALLEL_VERTICES
         self.mesh_faces = ti.ndarray(ti.types.vector(3, ti.i32), (self.n_faces,))
-        self.mesh_faces.from_numpy(faces_np.astype(np.int32))
+        self.mesh_faces.from_numpy(faces.astype(np.int32))
         self.tree_faces = ti.ndarray(ti.types.vector(3, ti.i32), (self.n_faces,))  # the faces in tree order
         self.order = ti.ndarray(ti.i32, (self.n_faces,))
         self.face_slot = ti.ndarray(ti.i32, (self.n_faces,))  # face -> its slot, for warm starts
@@ -279,31 +302,10 @@ class TriangleBVH:
         self.counter = ti.ndarray(ti.i32, (2,))
         self.counter.fill(0)
         self.leaf_start.from_numpy(starts)
-        self._owned: FieldGroup | None = None  # the mesh fields' group when `build` made them
-        self._buffers: QueryBuffers | None = None
         self._batches: dict[tuple[int, bool], _Batch] = {}
         self._host_last: tuple[int, _Batch | None] = (0, None)  # `closest_points`' last size and its batch
         self._bindings: dict[tuple, tuple[BoundLaunch, list[int]]] = {}
         self._host_counts = np.zeros(2, np.int64)  # misses and overflows of `closest_points` calls
-        self.rebuild()
-
-    @classmethod
-    def build(cls, vertices: np.ndarray, faces: np.ndarray, leaf_size: int = DEFAULT_LEAF_SIZE,
-              stack_size: int = kernels.STACK_SIZE) -> "TriangleBVH":
-        """A BVH that owns float32/int32 copies of `vertices` (V, 3) float and `faces` (F, 3) int.
-
-        Raises what the constructor raises (the mesh is checked before anything is allocated)."""
-        vertices, faces = np.asarray(vertices), np.asarray(faces)
-        _check_mesh(vertices, faces)
-        group = FieldGroup()
-        vertices_field = group.vector(3, ti.f32, (len(vertices),))
-        faces_field = group.vector(3, ti.i32, (len(faces),))
-        group.finalize()
-        vertices_field.from_numpy(vertices.astype(np.float32))
-        faces_field.from_numpy(faces.astype(np.int32))
-        bvh = cls(vertices_field, faces_field, leaf_size, stack_size)
-        bvh._owned = group
-        return bvh
 
     def _launch(self, kernel, *args) -> None:
         """Launch `kernel` through a binding this tree keeps (engine.dispatch.bind), one per kernel
@@ -322,9 +324,14 @@ class TriangleBVH:
                 bound.set(position, args[position])
         bound()
 
+    def _copy_vertices(self) -> None:
+        """The vertex field's current corners into the tree's array (a `build` tree's are that array)."""
+        if self.vertices is not self.mesh_vertices:
+            self._launch(kernels.copy_vertices, self.vertices, self.mesh_vertices, self._serial_copy)
+
     def rebuild(self) -> None:
         """Re-sort the tree from the current vertices (median splits on the device), then refit."""
-        self._launch(kernels.copy_vertices, self.vertices, self.mesh_vertices, self._serial_copy)
+        self._copy_vertices()
         self._launch(kernels.face_centroids, self.mesh_vertices, self.mesh_faces, self.order, self.centroids)
         for level in range(2 * self.depth):
             self._launch(kernels.split_level, self.order, self.centroids, self.leaf_start, level, 2 * self.depth,
@@ -342,7 +349,7 @@ class TriangleBVH:
 
         Call after `vertices_field` changed (every fit iteration); the face order stays that of the
         build, so a mesh that deformed far gets slower queries (never wrong ones): then `rebuild()`."""
-        self._launch(kernels.copy_vertices, self.vertices, self.mesh_vertices, self._serial_copy)
+        self._copy_vertices()
         level_start = lambda level: ((1 << (2 * level)) - 1) // 3  # noqa: E731
         level = self.depth - 1 - self._refit_groups  # the deepest inner level the groups leave
         large = lambda level: level >= 0 and level_start(level + 1) - level_start(level) >= PARALLEL_NODES  # noqa: E731
@@ -432,21 +439,17 @@ class TriangleBVH:
                 bound.set(position, value)
         bound()
 
-    def _buffers_for(self, n: int) -> QueryBuffers:
-        if self._buffers is None or self._buffers.capacity < n:
-            if self._buffers is not None:
-                self._buffers.group.destroy()
-            self._buffers = QueryBuffers(max(1024, 1 << (n - 1).bit_length()))
-        return self._buffers
-
     def brute_force(self, points: np.ndarray) -> dict[str, np.ndarray]:
-        """The oracle: the same answers as `closest_points`, by testing every face for every point."""
+        """The oracle: the same answers as `closest_points`, by testing every face for every point
+        of the mesh as the tree holds it (its last `refit` or `rebuild`)."""
         points = _check_points(points)
-        buffers = self._buffers_for(len(points))
-        n = buffers.load(points)
-        launch(kernels.brute_force_closest, buffers.points, n, self.vertices, self.faces,
-               buffers.face, buffers.bary, buffers.point, buffers.dist2)
-        return buffers.results(n)
+        n = len(points)
+        batch = self._batch(n, host=True)
+        batch.points[:n] = points
+        launch(kernels.brute_force_closest, batch.points, n, self.mesh_vertices, self.mesh_faces,
+               batch.face, batch.bary, batch.point, batch.dist2)
+        return {"face": batch.face[:n].copy(), "bary": batch.bary[:n].copy(), "point": batch.point[:n].copy(),
+                "dist2": batch.dist2[:n].copy()}
 
     def counters(self) -> dict[str, int]:
         """Queries without an answer and stack pushes that did not fit, since the last reset."""
@@ -464,11 +467,7 @@ class TriangleBVH:
             raise _overflow_error(overflows, self)
 
     def destroy(self) -> None:
-        """Free the tree's memory now (its arrays live in its bindings and batches; fields in groups)."""
-        for group in (self._buffers.group if self._buffers else None, self._owned):
-            if group is not None:
-                group.destroy()
-        self._buffers = self._owned = None
+        """Free the tree's memory now (its arrays live in its bindings and batches)."""
         self._batches.clear()
         self._host_last = (0, None)
         self._bindings.clear()

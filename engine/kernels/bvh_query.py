@@ -598,9 +598,13 @@ def vectors_to_array(vectors: ti.types.ndarray(), out: ti.types.ndarray()):
 
 
 @ti.kernel
-def brute_force_closest(points: ti.template(), n: ti.i32, vertices: ti.template(), faces: ti.template(),
-                        out_face: ti.template(), out_bary: ti.template(), out_point: ti.template(),
-                        out_dist2: ti.template()):
+def brute_force_closest(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n: ti.i32,
+                        vertices: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
+                        faces: ti.types.ndarray(dtype=ti.types.vector(3, ti.i32), ndim=1),
+                        out_face: ti.types.ndarray(dtype=ti.i32, ndim=1),
+                        out_bary: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
+                        out_point: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
+                        out_dist2: ti.types.ndarray(dtype=ti.f32, ndim=1)):
     """The oracle: test every face for every point, same triangle function, same outputs."""
     for q in range(n):
         p = points[q]
