@@ -15,10 +15,13 @@ its first ones (the camera's pixel size), silently. `finalize` refuses such a gr
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
 import taichi as ti
+from taichi._lib import core as _ti_core
+from taichi.lang.field import Field
 
 from engine import backend
 from engine.errors import UserError
@@ -77,6 +80,35 @@ class FieldGroup:
         return self
 
     def destroy(self) -> None:
+        """Free the group's fields. Taichi 1.7.4 then drops every kernel it has compiled in the
+        process, since it cannot tell which read these fields; the next call of each would run
+        Taichi's Python front end again (0.1-0.2 s for a large kernel). The instances whose template
+        arguments hold no field are put back: only fields tie a compiled kernel to a field group
+        (`tests/test_taichi_contract.py` pins both)."""
         if self._tree is not None:
+            kept = _field_free_instances()
             self._tree.destroy()
+            for kernel, instances in kept:
+                kernel.compiled_kernels.update(instances)
             self._tree = None
+
+
+def _field_free_instances() -> list[tuple[Any, dict]]:
+    """Every compiled kernel instance of the program whose template arguments hold no field."""
+    kept = []
+    for kernel in ti.lang.impl.get_runtime().kernels:
+        free = {instance for arguments, instance in kernel.mapper.mapping.items() if not _holds_field(arguments)}
+        instances = {key: compiled for key, compiled in kernel.compiled_kernels.items() if key[1] in free}
+        if instances:
+            kept.append((kernel, instances))
+    return kept
+
+
+def _holds_field(value: Any) -> bool:
+    """Whether a kernel instance's template key holds a field, or anything that may (a data-oriented
+    object or a list, kept as a weak reference; an SNode). Taichi keys ndarray arguments by element
+    type and rank, scalars by value, a Taichi expression by its address: this project never passes
+    an expression to a template argument (kernels take fields, ndarrays and Python scalars)."""
+    if isinstance(value, tuple):
+        return any(_holds_field(item) for item in value)
+    return isinstance(value, (Field, _ti_core.SNode, weakref.ref))

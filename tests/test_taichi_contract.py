@@ -6,7 +6,10 @@
 - with fast_math off no backend fuses a multiply and an add into one FMA (the claims that compare
   cpu and vulkan bit for bit, app/claims/sgd_oracle.py, rely on it);
 - the cpu backend compiles for this machine's CPU (AVX where it has AVX), with no switch of ours
-  (docs/RESULTS.md, "Taichi's CPU target").
+  (docs/RESULTS.md, "Taichi's CPU target");
+- freeing an SNode tree drops every compiled kernel of the process, and a kernel instance's
+  template key holds the field objects it was given (engine.fields.FieldGroup.destroy keeps the
+  instances that hold none).
 """
 import os
 import re
@@ -46,6 +49,40 @@ def fma_probe() -> dict:
     return {"value": multiply_add(a, a, -(1.0 + 2.0 ** -11))}
 
 
+def field_group_destroy_probe() -> dict:
+    """What freeing fields drops and keeps, and that a kernel given a later group's field reads that one."""
+    from engine.fields import FieldGroup
+
+    @ti.kernel
+    def doubled(values: ti.types.ndarray(), out: ti.types.ndarray()):
+        for i in range(out.shape[0]):
+            out[i] = 2.0 * values[i]
+
+    @ti.kernel
+    def scaled(source: ti.template(), factor: ti.template(), out: ti.types.ndarray()):
+        for i in range(out.shape[0]):
+            out[i] = source[i] * factor
+
+    values, out = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    doubled(values, out)
+    builder = ti.FieldsBuilder()
+    builder.dense(ti.i, 4).place(ti.field(ti.f32))
+    builder.finalize().destroy()  # Taichi's own free
+    taichi_kept = len(doubled._primal.compiled_kernels)
+    seen = []
+    for offset in (10.0, 20.0):  # the second group takes the first one's place
+        group = FieldGroup()
+        field = group.field(ti.f32, (4,))
+        group.finalize()
+        field.from_numpy(values + offset)
+        doubled(values, out)
+        scaled(field, 3.0, out)
+        seen.append(out.copy())
+        group.destroy()
+    return {"taichi_kept": taichi_kept, "doubled_kept": len(doubled._primal.compiled_kernels),
+            "scaled_kept": len(scaled._primal.compiled_kernels), "seen": np.array(seen)}
+
+
 HOST_TARGET_PROBE = """
 import taichi as ti
 ti.init(arch=ti.cpu, fast_math=False, print_kernel_asm=True, print_kernel_llvm_ir_optimized=True)
@@ -73,6 +110,15 @@ def test_kernel_cache_is_not_evicted_at_taichi_default_size(ti_cpu):
     from engine.backend import OFFLINE_CACHE_BYTES
 
     assert ti.lang.impl.current_cfg().offline_cache_max_size_of_files == OFFLINE_CACHE_BYTES >= 1 << 30
+
+
+def test_freeing_fields_drops_only_the_kernels_that_took_fields():
+    for arch in ("cpu", "vulkan"):
+        found = backend_worker(arch).call("tests.test_taichi_contract:field_group_destroy_probe")
+        assert found["taichi_kept"] == 0, f"{arch}: Taichi now keeps kernels when a tree is freed: FieldGroup.destroy " \
+                                          "need not put them back"
+        assert found["doubled_kept"] == 1 and found["scaled_kept"] == 0, arch  # the ndarray kernel kept, not the field's
+        np.testing.assert_array_equal(found["seen"], [(np.arange(4) + 10.0) * 3.0, (np.arange(4) + 20.0) * 3.0])
 
 
 def test_no_backend_contracts_a_multiply_add_into_an_fma():
