@@ -23,9 +23,9 @@ once) and synchronises once; the sides alternate within every repetition so all 
 machine load. Reported: the median throughput over the repetitions and its spread
 ((max - min) / median), process CPU time per query (every thread of this process summed:
 the work per query, which other processes' load barely changes) and CPU / wall (the
-threads a side kept busy). Build: ours is `TriangleBVH.rebuild()` (median splits and refit, all
-on the device, from the resident vertex field), Warp's the `wp.Mesh`
-constructor, Open3D's a new scene and its first query (Embree commits lazily), fcpw's
+threads a side kept busy). Build: ours is a fresh `TriangleBVH.build` from the float32 / int32
+numpy mesh (arrays allocated, the mesh copied in, median splits and refit on the device; the
+previous tree freed), Warp's the `wp.Mesh` constructor, Open3D's a new scene and its first query (Embree commits lazily), fcpw's
 `build`, libigl's `AABB.init`; refit: ours `refit()`, Warp's and fcpw's `refit()`.
 One query: a one-point call from numpy to numpy (ours: `closest_points`), icosphere.
 """
@@ -63,12 +63,17 @@ class Ours:
         from engine.triangle_bvh import DEFAULT_LEAF_SIZE, TriangleBVH
 
         self.sync = ti.sync
-        self.bvh = TriangleBVH.build(vertices, faces, leaf_size=leaf_size or DEFAULT_LEAF_SIZE)
+        self.vertices, self.faces = np.asarray(vertices, np.float32), np.asarray(faces, np.int32)
+        self.leaf_size = leaf_size or DEFAULT_LEAF_SIZE
+        self.bvh = TriangleBVH.build(self.vertices, self.faces, leaf_size=self.leaf_size)
         self.buffers: dict[int, Any] = {}
         self.threads = ti.lang.impl.current_cfg().cpu_max_num_threads
 
     def build(self) -> None:
-        self.bvh.rebuild()
+        from engine.triangle_bvh import TriangleBVH
+
+        self.bvh.destroy()
+        self.bvh = TriangleBVH.build(self.vertices, self.faces, leaf_size=self.leaf_size)
 
     def refit(self) -> None:
         self.bvh.refit()

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import taichi as ti
 from taichi._lib import core as _ti_core
-from taichi.lang.field import Field
 
 from engine import backend
 from engine.errors import UserError
@@ -49,6 +48,7 @@ class FieldGroup:
         self._builder = ti.FieldsBuilder()
         self._tree: Any = None
         self.nbytes = 0  # what the declared fields (and their gradients) take
+        self._fields: list[Any] = []  # every field placed here and its gradient: what `destroy` frees
 
     def _place(self, field: Any, shape: tuple[int, ...], needs_grad: bool) -> Any:
         if self._tree is not None:
@@ -57,6 +57,7 @@ class FieldGroup:
             raise ValueError(f"field shape {shape} must be positive")
         parent = self._builder.dense(ti.axes(*range(len(shape))), shape) if shape else self._builder
         parent.place(field, field.grad) if needs_grad else parent.place(field)
+        self._fields += [field, field.grad] if needs_grad else [field]
         self.nbytes += int(np.prod(shape, dtype=np.int64)) * self._item_bytes(field) * (2 if needs_grad else 1)
         return field
 
@@ -82,33 +83,33 @@ class FieldGroup:
     def destroy(self) -> None:
         """Free the group's fields. Taichi 1.7.4 then drops every kernel it has compiled in the
         process, since it cannot tell which read these fields; the next call of each would run
-        Taichi's Python front end again (0.1-0.2 s for a large kernel). The instances whose template
-        arguments hold no field are put back: only fields tie a compiled kernel to a field group
-        (`tests/test_taichi_contract.py` pins both)."""
+        Taichi's Python front end again (0.1-0.2 s for a large kernel, seconds for the ray march).
+        The instances that were not given one of this group's fields are put back: a kernel
+        reaches fields only through its template arguments here (no kernel reads a global field),
+        and those are in the instance's key (`tests/test_taichi_contract.py` pins both)."""
         if self._tree is not None:
-            kept = _field_free_instances()
+            freed = {id(field) for field in self._fields}
+            kept = []
+            for kernel in ti.lang.impl.get_runtime().kernels:
+                instances = _instances_without(kernel, freed)
+                kept.append((kernel, {key: compiled for key, compiled in kernel.compiled_kernels.items()
+                                      if key[1] in instances}))
             self._tree.destroy()
             for kernel, instances in kept:
                 kernel.compiled_kernels.update(instances)
             self._tree = None
 
 
-def _field_free_instances() -> list[tuple[Any, dict]]:
-    """Every compiled kernel instance of the program whose template arguments hold no field."""
-    kept = []
-    for kernel in ti.lang.impl.get_runtime().kernels:
-        free = {instance for arguments, instance in kernel.mapper.mapping.items() if not _holds_field(arguments)}
-        instances = {key: compiled for key, compiled in kernel.compiled_kernels.items() if key[1] in free}
-        if instances:
-            kept.append((kernel, instances))
-    return kept
+def _instances_without(kernel: Any, freed: set[int]) -> set[int]:
+    """The ids of `kernel`'s instances whose template key holds none of the `freed` fields."""
+    return {instance for key, instance in kernel.mapper.mapping.items() if not _holds(key, freed)}
 
 
-def _holds_field(value: Any) -> bool:
-    """Whether a kernel instance's template key holds a field, or anything that may (a data-oriented
-    object or a list, kept as a weak reference; an SNode). Taichi keys ndarray arguments by element
-    type and rank, scalars by value, a Taichi expression by its address: this project never passes
-    an expression to a template argument (kernels take fields, ndarrays and Python scalars)."""
+def _holds(value: Any, freed: set[int]) -> bool:
+    """Whether an instance's template key holds one of the `freed` fields, or anything that may: a
+    data-oriented object or a list (kept as a weak reference) or an SNode. Taichi keys a field by the
+    object, an ndarray by its element type and rank, a scalar by its value, a Taichi expression by its
+    address (this project passes none to a template argument)."""
     if isinstance(value, tuple):
-        return any(_holds_field(item) for item in value)
-    return isinstance(value, (Field, _ti_core.SNode, weakref.ref))
+        return any(_holds(item, freed) for item in value)
+    return id(value) in freed or isinstance(value, (_ti_core.SNode, weakref.ref))

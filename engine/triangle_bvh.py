@@ -261,6 +261,7 @@ class TriangleBVH:
 
     def _allocate(self, vertices: np.ndarray, faces: np.ndarray, leaf_size: int, stack_size: int) -> None:
         """Check the mesh and the sizes, shape the tree and allocate its arrays (the faces copied in)."""
+        backend.require()  # Taichi's own failure without a backend is a deep AttributeError
         if not 4 <= leaf_size <= 64:  # at least 4: no leaf is empty (see tree_depth)
             raise UserError(f"BVH leaf size must be in 4..64, got {leaf_size}")
         _check_mesh(vertices, faces)

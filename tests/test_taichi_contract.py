@@ -8,8 +8,8 @@
 - the cpu backend compiles for this machine's CPU (AVX where it has AVX), with no switch of ours
   (docs/RESULTS.md, "Taichi's CPU target");
 - freeing an SNode tree drops every compiled kernel of the process, and a kernel instance's
-  template key holds the field objects it was given (engine.fields.FieldGroup.destroy keeps the
-  instances that hold none).
+  template key holds the field objects it was given (engine.fields.FieldGroup.destroy puts back
+  the instances given none of the freed group's fields).
 """
 import os
 import re
@@ -50,7 +50,8 @@ def fma_probe() -> dict:
 
 
 def field_group_destroy_probe() -> dict:
-    """What freeing fields drops and keeps, and that a kernel given a later group's field reads that one."""
+    """What freeing fields drops and keeps, and that the kernels kept, and those given a later
+    group's field, read the right fields."""
     from engine.fields import FieldGroup
 
     @ti.kernel
@@ -69,18 +70,28 @@ def field_group_destroy_probe() -> dict:
     builder.dense(ti.i, 4).place(ti.field(ti.f32))
     builder.finalize().destroy()  # Taichi's own free
     taichi_kept = len(doubled._primal.compiled_kernels)
-    seen = []
+    staying = FieldGroup()
+    stays = staying.field(ti.f32, (4,))
+    staying.finalize()
+    stays.from_numpy(values + 100.0)
+    seen, kept = [], []
     for offset in (10.0, 20.0):  # the second group takes the first one's place
         group = FieldGroup()
-        field = group.field(ti.f32, (4,))
+        field = group.field(ti.f32, (4,), needs_grad=True)
         group.finalize()
         field.from_numpy(values + offset)
         doubled(values, out)
+        scaled(stays, 2.0, out)
         scaled(field, 3.0, out)
         seen.append(out.copy())
+        scaled(field.grad, 3.0, out)  # a gradient field is freed with its group too
         group.destroy()
+        kept.append(len(scaled._primal.compiled_kernels))
+        scaled(stays, 2.0, out)
+        seen.append(out.copy())
+    staying.destroy()
     return {"taichi_kept": taichi_kept, "doubled_kept": len(doubled._primal.compiled_kernels),
-            "scaled_kept": len(scaled._primal.compiled_kernels), "seen": np.array(seen)}
+            "scaled_kept": kept, "scaled_left": len(scaled._primal.compiled_kernels), "seen": np.array(seen)}
 
 
 HOST_TARGET_PROBE = """
@@ -112,13 +123,16 @@ def test_kernel_cache_is_not_evicted_at_taichi_default_size(ti_cpu):
     assert ti.lang.impl.current_cfg().offline_cache_max_size_of_files == OFFLINE_CACHE_BYTES >= 1 << 30
 
 
-def test_freeing_fields_drops_only_the_kernels_that_took_fields():
+def test_freeing_a_field_group_drops_only_the_kernels_given_its_fields():
     for arch in ("cpu", "vulkan"):
         found = backend_worker(arch).call("tests.test_taichi_contract:field_group_destroy_probe")
         assert found["taichi_kept"] == 0, f"{arch}: Taichi now keeps kernels when a tree is freed: FieldGroup.destroy " \
                                           "need not put them back"
-        assert found["doubled_kept"] == 1 and found["scaled_kept"] == 0, arch  # the ndarray kernel kept, not the field's
-        np.testing.assert_array_equal(found["seen"], [(np.arange(4) + 10.0) * 3.0, (np.arange(4) + 20.0) * 3.0])
+        assert found["doubled_kept"] == 1, arch  # the ndarray kernel's instance survives every free
+        assert found["scaled_kept"] == [1, 1] and found["scaled_left"] == 0, arch  # only the surviving group's
+        base = np.arange(4)
+        np.testing.assert_array_equal(found["seen"], [(base + 10.0) * 3.0, (base + 100.0) * 2.0,
+                                                      (base + 20.0) * 3.0, (base + 100.0) * 2.0])
 
 
 def test_no_backend_contracts_a_multiply_add_into_an_fma():
