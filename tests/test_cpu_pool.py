@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 PROBE = """
-import json, os, sys
+import json, os, sys, time
 if len(sys.argv) > 1:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 import numpy as np
@@ -25,14 +25,20 @@ backend.init("cpu")
 pinned = cpu_pool.pinned()
 ran = {tid: cpu_pool._run_ns(tid) for tid in pinned}
 out = np.zeros(4096, np.int32)
-launch(wake_workers, out)
-ti.sync()
+deadline = time.monotonic() + 5.0
+while True:  # a woken worker may not be scheduled before the launching thread has done every block
+    launch(wake_workers, out)
+    ti.sync()
+    all_ran = all(cpu_pool._run_ns(tid) > ran[tid] for tid in pinned)
+    if all_ran or time.monotonic() > deadline:
+        break
+    time.sleep(0.001)
 print(json.dumps({
     "width": ti.lang.impl.current_cfg().cpu_max_num_threads,
     "cores": sorted(os.sched_getaffinity(0)),
     "pinned": {str(tid): core for tid, core in pinned.items()},
     "affinity": {str(tid): sorted(os.sched_getaffinity(tid)) for tid in pinned},
-    "all_ran": all(cpu_pool._run_ns(tid) > ran[tid] for tid in pinned),
+    "all_ran": all_ran,
     "loop_ok": bool((out == np.arange(4096)).all()),
 }))
 """

@@ -200,9 +200,12 @@ def _script(records: dict, files: dict):
 
         from app.ui.controller import MIN_RENDER_PX
 
-        def settled() -> bool:  # the full-quality frame of the view at its size now (the UI scale just changed it)
+        def settled() -> bool:  # the full-quality frame of the view at its size now (the UI scale just changed it),
+            # answering the last request: a full frame asked for before the play above may arrive after it stopped,
+            # with the play's preview frames still to come
             width, height = (max(int(side * view.res_scale), MIN_RENDER_PX) for side in view.view_px)
-            return view.image_is_full and view.image is not None and view.image.shape[:2] == (height, width)
+            return (view.image_is_full and view.linear_request == view.requested and view.image is not None
+                    and view.image.shape[:2] == (height, width))
 
         _wait(ctx, settled, "the full-quality frame at the view's size after the UI scale changed back")
         ctx.menu_click("//##MainMenuBar/File/Save the ray-march frame...")

@@ -100,7 +100,6 @@ class Controller:
         # tests' and the claims' workers, `invert`), so its kernels load (seconds) instead of compiling (minutes),
         # and the parity worker goes on comparing frames and the fit's gradients meanwhile
         self.render_grad = WorkerLink(state.parity_arch, priorities=("render_grad",), post=_parity_post)
-        self._sent_render: dict | None = None
         self._fit_started: float | None = None  # perf_counter when the running fit's rate window began
         self._fit_iterations_at_start = 0
         self._first_calls = {self.primary: set(FIRST_CALLS), self.parity: set(FIRST_CALLS),
@@ -434,9 +433,9 @@ class Controller:
         inputs = {"t": round(view.t, 4), "yaw": view.orbit.yaw, "pitch": view.orbit.pitch,
                   "distance": view.orbit.distance, "center": view.orbit.center, "width": width, "height": height,
                   "linear": not preview}
-        if inputs == self._sent_render:
+        if inputs == view.requested:
             return
-        self._sent_render = inputs
+        view.requested = inputs
         self.primary.send(Request("render", f"{SERVICES}:render_frame", inputs, context={"full": not preview}))
 
     def _keep_fitting(self, state: AppState) -> None:

@@ -75,6 +75,7 @@ class RaymarchView:
     frames_rendered: int = 0
     linear: np.ndarray | None = None  # (H, W, 3) float32 linear RGB of the last full frame (for parity)
     linear_request: dict | None = None  # the render request that produced `linear`
+    requested: dict | None = None  # the last render request sent: the frame on screen is final when it answered it
     error: str = ""  # why the last frame failed, shown in the panel; "" after a good frame
 
     def timing(self) -> str:
