@@ -165,6 +165,11 @@ class _Batch:
         self.counts = np.zeros(2, np.int32)  # misses and overflows of one `closest_points` call
         self.searches: dict[tuple, BoundLaunch] = {}  # the query kernel's bindings on these arrays (`_search`)
 
+    def results(self, n: int) -> dict[str, np.ndarray]:
+        """Copies of a host batch's first n answers (the next call writes over the batch)."""
+        return {"face": self.face[:n].copy(), "bary": self.bary[:n].copy(), "point": self.point[:n].copy(),
+                "dist2": self.dist2[:n].copy()}
+
 
 def _query_shape(n: int, serial: bool) -> tuple[int, int, int, int]:
     """(block, span, chunk, threads) of the query loop over n points: on the CPU blocks of QUERY_BLOCK
@@ -409,8 +414,7 @@ class TriangleBVH:
             counts[:] = 0
             if overflows:
                 raise _overflow_error(overflows, self)
-        return {"face": batch.face[:n].copy(), "bary": batch.bary[:n].copy(), "point": batch.point[:n].copy(),
-                "dist2": batch.dist2[:n].copy()}
+        return batch.results(n)
 
     def _batch(self, n: int, host: bool) -> _Batch:
         capacity = max(64, 1 << (n - 1).bit_length())
@@ -449,8 +453,7 @@ class TriangleBVH:
         batch.points[:n] = points
         launch(kernels.brute_force_closest, batch.points, n, self.mesh_vertices, self.mesh_faces,
                batch.face, batch.bary, batch.point, batch.dist2)
-        return {"face": batch.face[:n].copy(), "bary": batch.bary[:n].copy(), "point": batch.point[:n].copy(),
-                "dist2": batch.dist2[:n].copy()}
+        return batch.results(n)
 
     def counters(self) -> dict[str, int]:
         """Queries without an answer and stack pushes that did not fit, since the last reset."""
