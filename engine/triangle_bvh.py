@@ -251,9 +251,9 @@ class TriangleBVH:
         """A BVH that owns float32/int32 copies of `vertices` (V, 3) float and `faces` (F, 3) int:
         `bvh.vertices` and `bvh.faces` are then its own ndarrays (move the mesh with
         `bvh.vertices.from_numpy`, then `refit()`). No fields: every Taichi kernel compiles once per
-        field it is given, and freeing a field group drops every compiled kernel of the process
-        (Taichi 1.7.4, `tests/test_taichi_contract.py`), so a tree on fields cost ~0.5 s to make and
-        to free even for a small mesh (docs/RESULTS.md).
+        field it is given (Taichi's own transfers too), and freeing a field group drops the kernels
+        given its fields (`engine.fields.FieldGroup.destroy`), so a tree on fields of its own cost
+        ~0.2-0.5 s to make and free even for a small mesh (docs/RESULTS.md).
 
         Raises what the constructor raises (the mesh is checked before anything is allocated)."""
         vertices, faces = np.asarray(vertices), np.asarray(faces)
@@ -285,11 +285,13 @@ class TriangleBVH:
         self.n_inner = (self.n_leaves - 1) // 3
         starts = leaf_starts(self.n_faces, self.depth)
         self.width = -(-int(np.diff(starts).max()) // 4) * 4  # slots per leaf: whole packets of four
-        # the refit's groups of leaves and their spread over the threads, fixed for the tree's life (the
-        # backend cannot change under it): derived once, not on every refit (~4.5 us of Python per call).
-        # A GPU wants a thread per leaf: groups would leave most of it idle.
+        # the refit's groups of leaves, their spread over the threads and that of each of the build's split
+        # levels, fixed for the tree's life (the backend cannot change under it): derived once, not on every
+        # refit or rebuild (~4.5 us of Python a call). A GPU wants a thread per leaf: groups would leave most
+        # of it idle.
         self._refit_groups = min(REFIT_GROUP_LEVELS, self.depth) if cpu_pool.on_cpu() else 0
         self._refit_spread = cpu_pool.loop_spread(self.n_leaves >> (2 * self._refit_groups))
+        self._split_spreads = [cpu_pool.loop_spread(1 << level) for level in range(2 * self.depth)]
         # the tree's own arrays are ndarrays: every kernel compiles once per process, whatever the mesh size
         vector = lambda width, shape: ti.ndarray(ti.types.vector(width, ti.f32), shape)  # noqa: E731
         self.mesh_vertices = vector(3, (len(vertices),))  # a vertex field's copy, or `build`'s vertices
@@ -339,9 +341,9 @@ class TriangleBVH:
         """Re-sort the tree from the current vertices (median splits on the device), then refit."""
         self._copy_vertices()
         self._launch(kernels.face_centroids, self.mesh_vertices, self.mesh_faces, self.order, self.centroids)
-        for level in range(2 * self.depth):
+        for level, spread in enumerate(self._split_spreads):
             self._launch(kernels.split_level, self.order, self.centroids, self.leaf_start, level, 2 * self.depth,
-                         *cpu_pool.loop_spread(1 << level))
+                         *spread)
         self._launch(kernels.sort_faces, self.mesh_faces, self.order, self.tree_faces)
         self._launch(kernels.slot_of_faces, self.order, self.leaf_start, self.width, self.face_slot)
         self.refit()
