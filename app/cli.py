@@ -11,10 +11,12 @@ Adding a command is one row in `SUBCOMMANDS`, in one of two forms:
   command runs or its `--help` is asked for, so `python -m app --help` and error paths stay
   fast; the listing's one-line summary is the first line of the module's docstring.
 - `"name": "package.module:main"`: a `main(argv) -> int` that parses its own arguments
-  (build its parser with `command_parser(name, doc)` to get the conventions below).
+  (build its parser with `app.flags.command_parser(name, doc)` to get the conventions below).
 
-Conventions every command gets: `-v` (more detail) and `-q` (no progress bars, warnings
-only) set the `logging` level; results go to stdout, logs to stderr. Every failure is
+This module only parses the top level and dispatches; the flags and conventions every
+command shares live in `app.flags`. Conventions every command gets: `-v` (more detail)
+and `-q` (no progress bars, warnings only) set the `logging` level; results go to stdout,
+logs to stderr; a mistyped flag or command name is told the closest one. Every failure is
 one `error: ...` line on stderr and an exit code (`engine.errors`): a `UserError`
 anywhere (an argparse error too) exits 2; SIGINT/SIGTERM exit 130 (commands that can,
 write their work so far first); any other exception is an internal error: exit 3, its
@@ -26,12 +28,13 @@ import argparse
 import ast
 import importlib
 import importlib.util
-import logging
 import sys
 from typing import Callable
 
+from app.flags import (VERBOSITY_FLAGS, OneLineParser, add_arch_argument, add_verbosity_arguments, configure_logging,
+                       summary_of)
 from app.version import version
-from engine.backend import ARCH_CHOICES, ARCH_ENV
+from engine.backend import ARCH_CHOICES
 from engine.errors import EXIT_INTERNAL, Interrupted, UserError
 from engine.interrupt import raise_on_signals
 
@@ -42,20 +45,6 @@ SUBCOMMANDS: dict[str, str] = {  # name -> "module" (add_arguments + run) or "mo
     "batch": "app.batch.cli:main",
     "invert": "app.scenes.invert:main",
 }
-VERBOSITY_FLAGS = {"-v": 1, "--verbose": 1, "-vv": 2, "-q": -1, "--quiet": -1, "-qq": -2}
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argparse parser whose errors are one `error:` line and exit code 2 (a `UserError`), not a usage block.
-
-    Flags must be spelled out (no abbreviations: `--scr` is not `--screenshot`)."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> None:
-        raise UserError(f"{self.prog}: {message} (see --help)")
 
 
 class _LazyCommandParser(OneLineParser):
@@ -77,105 +66,13 @@ class _LazyCommandParser(OneLineParser):
         return super().format_help()
 
 
-def add_verbosity_arguments(parser: argparse.ArgumentParser, default=0) -> None:
-    """`-v/--verbose` and `-q/--quiet` (repeatable), counted into `args.verbosity`."""
-    group = parser.add_argument_group("verbosity")
-    group.add_argument("-v", "--verbose", dest="verbosity", action="count", default=default,
-                       help="more detail on stderr (-vv: debug)")
-    group.add_argument("-q", "--quiet", dest="verbosity", action=_Decrement, nargs=0, default=default,
-                       help="warnings and errors only, no progress bars (-qq: errors only)")
-
-
-class _Decrement(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        setattr(namespace, self.dest, (getattr(namespace, self.dest, None) or 0) - 1)
-
-
-def add_arch_argument(parser: argparse.ArgumentParser) -> None:
-    """The `--arch` flag every command takes (default: $SHANNON_ARCH, else auto)."""
-    parser.add_argument("--arch", choices=None, default=None, metavar="|".join(ARCH_CHOICES),
-                        help=f"backend to run on (default: ${ARCH_ENV}, else auto: CUDA if present, else cpu)")
-
-
-def example_parser(doc: str) -> argparse.ArgumentParser:
-    """The flags every program in examples/ takes: --arch (one of ARCH_CHOICES) and --headless (no window)."""
-    parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
-    parser.add_argument("--arch", choices=ARCH_CHOICES, default=None, help=f"backend (default: ${ARCH_ENV}, else auto)")
-    parser.add_argument("--headless", action="store_true", help="print the results and open no window")
-    return parser
-
-
-class _CommandParser(OneLineParser):
-    """A "module:main" command's parser: parsing also applies its -v/-q (given there, else those before the command)."""
-
-    def parse_known_args(self, args=None, namespace=None):
-        parsed, rest = super().parse_known_args(args, namespace)
-        if getattr(parsed, "verbosity", 0):
-            configure_logging(parsed.verbosity)
-        return parsed, rest
-
-
-def command_parser(name: str, doc: str | None) -> OneLineParser:
-    """A parser for `python -m app NAME` with the conventions of the module docstring (for "module:main" rows)."""
-    parser = _CommandParser(prog=f"python -m app {name}", description=_summary_of(doc),
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_verbosity_arguments(parser)
-    return parser
-
-
-_handler: logging.Handler | None = None  # the stderr handler configure_logging installed
-OWN_LOGGERS = ("app", "engine", "bench")  # ours follow -v/-q; other libraries' stay at warnings unless -vv
-
-
-def configure_logging(verbosity: int) -> None:
-    """Logging to stderr: -qq errors, -q warnings, default info, -v debug (ours), -vv debug (every library too)."""
-    levels = {-2: logging.ERROR, -1: logging.WARNING, 0: logging.INFO}
-    ours = logging.DEBUG if verbosity > 0 else levels[max(verbosity, -2)]
-    global _handler
-    root = logging.getLogger()
-    if _handler is not None:
-        root.removeHandler(_handler)  # only our own: a host's handlers (pytest's) stay
-    _handler = _StderrHandler()
-    _handler.setFormatter(_Formatter())
-    root.addHandler(_handler)
-    root.setLevel(logging.DEBUG if verbosity >= 2 else max(ours, logging.WARNING))
-    for name in OWN_LOGGERS:
-        logging.getLogger(name).setLevel(ours)
-
-
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever `sys.stderr` is when a record comes (a host that swaps it, pytest, still gets the lines)."""
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value) -> None:
-        pass
-
-
-class _Formatter(logging.Formatter):
-    """Info lines as they are; others prefixed with their level (never `error:`, which is the one failure line)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        message = super().format(record)
-        if record.levelno == logging.INFO:
-            return message
-        return f"{'warning' if record.levelno >= logging.WARNING else 'debug'}: {message}"
-
-
-def _summary_of(doc: str | None) -> str:
-    return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
-
-
 def _module_summary(module: str) -> str:
     """The first docstring line of `module`, read from its source without importing it (which may import Taichi)."""
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin:
         return ""
     with open(spec.origin, encoding="utf-8") as f:
-        return _summary_of(ast.get_docstring(ast.parse(f.read())))
+        return summary_of(ast.get_docstring(ast.parse(f.read())))
 
 
 def _populator(module_name: str) -> Callable[[argparse.ArgumentParser], None]:

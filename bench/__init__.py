@@ -13,7 +13,7 @@ from pathlib import Path
 
 def bench_parser(name: str, doc: str) -> argparse.ArgumentParser:
     """An argument parser with the flags every benchmark takes: --arch and --out."""
-    from app.cli import add_arch_argument, command_parser
+    from app.flags import add_arch_argument, command_parser
 
     parser = command_parser(f"bench {name}", doc)  # one-line errors, -v/-q, like every command
     add_arch_argument(parser)

@@ -11,7 +11,7 @@ distance to the mesh over the plane z = 0.
 
 import numpy as np
 
-from app.cli import example_parser
+from app.flags import example_parser
 from engine import backend, image_io
 from engine.triangle_bvh import TriangleBVH
 from engine.meshgen import blob

@@ -12,7 +12,7 @@ project's parity figures (app/claims/thresholds.py).
 import numpy as np
 
 from app.claims.thresholds import PIXEL_ATOL, PIXEL_MAX_ERR, PIXEL_MIN_SHARE
-from app.cli import example_parser
+from app.flags import example_parser
 from engine import backend, image_io
 from engine.parity import compare
 from engine.worker import BackendWorker

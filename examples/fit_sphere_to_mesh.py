@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.cli import example_parser
+from app.flags import example_parser
 from app.mesh_preview import side_by_side
 from app.scenes.fit_settings import TARGETS
 from app.scenes.shape_fit import ShapeFit

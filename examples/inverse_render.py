@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.cli import example_parser
+from app.flags import example_parser
 from app.scenes.invert import InverseRender, InvertSettings, render_target, side_by_side
 from app.scenes.robot_arm import theta_at
 from engine import backend, image_io, scene_theta

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import taichi as ti
 
-from app.cli import example_parser
+from app.flags import example_parser
 from engine import backend
 from engine.dispatch import LaunchSequence, bind, native
 from engine.fields import FieldGroup

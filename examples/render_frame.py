@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.cli import example_parser
+from app.flags import example_parser
 from app.scenes.robot_arm import scene_at
 from engine import backend, image_io
 from engine.render import Camera, Renderer

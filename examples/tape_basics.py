@@ -11,7 +11,7 @@ then lowers L towards its minimum, -1,024.
 import numpy as np
 import taichi as ti
 
-from app.cli import example_parser
+from app.flags import example_parser
 from engine import backend
 from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape

@@ -6,6 +6,8 @@ import logging
 import pytest
 
 from app import cli
+from app.flags import command_parser, configure_logging
+from engine.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:  # this module doubles as a "module" row
@@ -72,9 +74,46 @@ def test_a_command_plugs_in_with_one_row_of_either_form(monkeypatch, capsys):
 ])
 def test_verbosity_sets_our_loggers_and_leaves_libraries_at_warnings(flags, ours, others):
     args = cli._parser().parse_args(flags)
-    cli.configure_logging(args.verbosity)
+    configure_logging(args.verbosity)
     try:
         assert logging.getLogger("engine").level == ours and logging.getLogger("app").level == ours
         assert logging.getLogger().level == others
     finally:
-        cli.configure_logging(0)
+        configure_logging(0)
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["fit", "--target", "blob", "--iter", "5"], "unrecognized arguments: --iter 5: did you mean --iters?"),
+    (["fit", "--target", "blob", "--iter=5"], "unrecognized arguments: --iter=5: did you mean --iters?"),
+    (["rendr", "--t", "0.5"], "invalid choice: 'rendr' (choose from 'bench', 'render', 'fit', 'batch', 'invert'): "
+                              "did you mean render?"),
+    (["--headles"], "unrecognized arguments: --headles: did you mean --headless?"),
+    (["render", "--edges", "sotf"], "argument --edges: invalid choice: 'sotf' (choose from 'hard', 'soft'): "
+                                    "did you mean soft?"),
+    (["bench", "lanch"], "argument NAME: invalid choice: 'lanch'"),  # a "module" row's positional choice
+])
+def test_a_mistyped_flag_or_command_name_is_told_the_closest_one(argv, hint, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and hint in err and err.endswith(" (see --help)\n"), err
+    if argv[0] == "bench":
+        assert "did you mean launch?" in err
+
+
+@pytest.mark.parametrize("argv", [["--zzzzzz"], ["fit", "--target", "blob", "--screenshot", "x.png"]])
+def test_nothing_close_no_guess_and_a_command_is_never_offered_another_modes_flag(argv, capsys):
+    """--screenshot is a flag of the desktop app, not of `fit`: the top level's flags are no suggestion for it."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" in err and "did you mean" not in err, err
+
+
+def test_a_module_main_commands_parser_suggests_its_own_flags_too():
+    parser = command_parser("demo", "A demo.")
+    parser.add_argument("--iters", type=int, default=1, help="steps")
+    with pytest.raises(UserError, match=r"python -m app demo: unrecognized arguments: --iter 3: did you mean --iters\?"):
+        parser.parse_args(["--iter", "3"])
+    with pytest.raises(UserError, match="did you mean --verbose"):
+        parser.parse_args(["--verbos"])
+    args = parser.parse_args(["--iters", "3"])
+    assert vars(args) == {"iters": 3, "verbosity": 0}  # the suggestions never reach the namespace

@@ -31,7 +31,7 @@ INSTALL_HINT = 'python -m app batch needs Ray: pip install ".[batch]" (from the 
 
 
 def _common() -> argparse.ArgumentParser:
-    from app.cli import add_arch_argument
+    from app.flags import add_arch_argument
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--out", required=True, metavar="DIR", help="output folder: jobs/, batch.csv, batch.json")
@@ -50,7 +50,7 @@ def _common() -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from app.cli import OneLineParser, add_verbosity_arguments, command_parser
+    from app.flags import OneLineParser, add_verbosity_arguments, command_parser
 
     parser = command_parser("batch", __doc__)
     kinds = parser.add_subparsers(dest="kind", required=True, metavar="fit|render|invert", parser_class=OneLineParser)
@@ -109,7 +109,7 @@ def _fit_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
 
 
 def _render_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
-    from app.cli import OneLineParser
+    from app.flags import OneLineParser
     from app.scenes import render_cli
     from engine.render import Camera
 

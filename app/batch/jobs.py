@@ -137,7 +137,7 @@ def fit_argv(settings: dict, arch: str, out: str | Path) -> list[str]:
 
 def fit_settings(job: Job) -> FitSettings:
     """The `FitSettings` the `fit` command makes of this job's flags (its own parser and `settings_from`)."""
-    from app.cli import OneLineParser
+    from app.flags import OneLineParser
     from app.scenes import fit_cli
 
     parser = OneLineParser(prog="python -m app fit")

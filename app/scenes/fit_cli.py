@@ -18,7 +18,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from app.cli import add_arch_argument
+from app.flags import add_arch_argument
 from app.scenes.fit_settings import (MAX_SUBDIV, MESH_FORMATS, RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH,
                                      RECOMMENDED_SMOOTH_END, TARGETS, FitSettings)
 from engine.errors import Interrupted, UserError

@@ -31,7 +31,7 @@ import math
 import time
 from pathlib import Path
 
-from app.cli import add_arch_argument
+from app.flags import add_arch_argument
 from engine import atomic, image_io, output_dir
 from engine.errors import Interrupted, UserError
 from engine.interrupt import StopFlag, graceful_stop
