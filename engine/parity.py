@@ -1,7 +1,10 @@
 """Cross-backend parity: run one named computation on two backends and compare.
 
 `compare(a, b, atol)` measures two arrays: the share of elements within an absolute
-tolerance, the max absolute and relative errors and the worst element.
+tolerance, the max absolute and relative errors and the worst element;
+`agreeing_pixels(image_a, image_b, atol)` the pixels of two images that agree, and
+`relative_gap(a, b)` one array's largest difference from another relative to its largest
+value (the render gradient's parity). Tolerances are the caller's (the claims' thresholds).
 `run_parity(name, inputs, arch_a, arch_b)` runs computation `name` (see
 `engine.computations`) on both backends, each in its own worker process, at the
 same time, and compares every output array.
@@ -62,6 +65,26 @@ def abs_error(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     err[a == b] = 0.0  # equal infinities agree
     err[np.isnan(err)] = np.inf  # a NaN on either side never agrees
     return err
+
+
+def agreeing_pixels(image_a: np.ndarray, image_b: np.ndarray, atol: float) -> np.ndarray:
+    """(H, W) bool: the pixels whose two (H, W, C) images agree within `atol` in every channel.
+
+    >>> agreeing_pixels(np.zeros((1, 2, 3)), np.array([[[0.0, 0.0, 0.0], [0.0, 1e-3, 0.0]]]), 1e-4).tolist()
+    [[True, False]]
+    """
+    return np.abs(np.asarray(image_a) - np.asarray(image_b)).max(axis=-1) <= atol
+
+
+def relative_gap(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b| / max |a| (inf when `a` is all zero): how far `b` is from `a`, relative to `a`'s largest value.
+
+    >>> relative_gap(np.array([2.0, -4.0]), np.array([2.0, -3.5]))
+    0.125
+    """
+    scale = float(np.abs(a).max())
+    gap = float(np.abs(np.asarray(a) - np.asarray(b)).max())
+    return gap / scale if scale > 0.0 else float("inf")
 
 
 def compare(a: np.ndarray, b: np.ndarray, atol: float) -> ParityReport:

@@ -18,28 +18,9 @@ import numpy as np
 from app.claims.thresholds import GRAD_RTOL as RTOL
 from app.claims.thresholds import PIXEL_ATOL
 from engine import computations
+from engine.parity import agreeing_pixels, relative_gap
 
 T, WIDTH, HEIGHT = 0.1, 128, 64
-
-
-def agreeing_pixels(image_a: np.ndarray, image_b: np.ndarray) -> np.ndarray:
-    """(H, W) bool: the pixels whose two (H, W, 3) linear images agree within PIXEL_ATOL in every channel.
-
-    >>> agreeing_pixels(np.zeros((1, 2, 3)), np.array([[[0.0, 0.0, 0.0], [0.0, 1e-3, 0.0]]])).tolist()
-    [[True, False]]
-    """
-    return np.abs(np.asarray(image_a) - np.asarray(image_b)).max(axis=-1) <= PIXEL_ATOL
-
-
-def relative_gap(grad_a: np.ndarray, grad_b: np.ndarray) -> float:
-    """max |grad_a - grad_b| / max |grad_a| (inf when grad_a is all zero): what the claim holds to RTOL.
-
-    >>> relative_gap(np.array([2.0, -4.0]), np.array([2.0, -3.5]))
-    0.125
-    """
-    scale = float(np.abs(grad_a).max())
-    gap = float(np.abs(np.asarray(grad_a) - np.asarray(grad_b)).max())
-    return gap / scale if scale > 0.0 else float("inf")
 
 
 def run(ctx) -> None:
@@ -54,7 +35,7 @@ def run(ctx) -> None:
     a = computations.run("render_gradient", **inputs)
     b = ctx.parity.call("render_gradient", **inputs)
     pixel_err = np.abs(a["image"] - b["image"]).max(axis=-1)
-    agree = agreeing_pixels(a["image"], b["image"])
+    agree = agreeing_pixels(a["image"], b["image"], PIXEL_ATOL)
     whole = relative_gap(a["grad"], b["grad"])
     inputs["weight"] = agree.astype(np.float32)
     a2 = computations.run("render_gradient", **inputs)

@@ -30,14 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.claims.render_grad_parity import agreeing_pixels, relative_gap
 from app.claims.thresholds import GRAD_RTOL, PIXEL_ATOL
 from app.ui.links import Answer, Request, WorkerLink
 from app.ui.parity_summary import summarise
 from app.ui.state import AppState, Command, invert_reset_command, reset_command
 from engine.errors import UserError
 from engine.image_io import write_png
-from engine.parity import compare
+from engine.parity import agreeing_pixels, compare, relative_gap
 
 SERVICES = "app.ui.services"
 FIT_BATCH_S = 0.05  # a running fit returns to the link this often, so frames can interleave
@@ -78,7 +77,7 @@ def _parity_post(answer: Answer) -> None:
         round_ = answer.request.context
         answer.extra = {"rel": relative_gap(round_.grad_a, answer.outputs["grad"])}
         if round_.agree is None:
-            answer.extra["agree"] = agreeing_pixels(round_.image_a, answer.outputs["image"])
+            answer.extra["agree"] = agreeing_pixels(round_.image_a, answer.outputs["image"], PIXEL_ATOL)
         return
     reference, atol = answer.request.context[:2]
     if answer.request.slot == "render":
