@@ -2,7 +2,8 @@
 
 Used by the renderer's CLI, the parity claim and the GUI. Inputs are numpy arrays:
 linear RGB in [0, 1] (H, W, 3) float32, or scalar maps (H, W). PNGs can carry text
-chunks (`tEXt`), which is where an 8-bit AOV says what range of values it encodes.
+chunks (`tEXt`), which is where an 8-bit AOV says what range of values it encodes and a
+frame says who drew it (`png_edges_text`, read back by `png_edges`).
 """
 from __future__ import annotations
 
@@ -39,6 +40,23 @@ def read_png_text(path: str | os.PathLike) -> dict[str, str]:
     """A PNG's text chunks (key -> value); empty for an image without any (or not a PNG)."""
     with Image.open(path) as image:
         return dict(getattr(image, "text", None) or {})
+
+
+EDGE_KINDS = ("hard", "soft")  # who drew a frame: the forward ray marcher, or the differentiable render
+EDGES_KEY = "shannon-autograd edges"  # the PNG text chunk naming who drew the frame (`png_edges` reads it)
+EDGE_TEXT = {"hard": "hard: the forward ray marcher, point-sampled silhouettes",
+             "soft": "soft: the differentiable render, silhouettes antialiased by its soft coverage"}
+
+
+def png_edges_text(edges: str) -> dict[str, str]:
+    """A frame PNG's text chunks (`write_png(..., text=)`): who drew it, one of EDGE_KINDS (`png_edges` reads it)."""
+    return {EDGES_KEY: EDGE_TEXT[edges], "Software": "shannon-autograd"}
+
+
+def png_edges(path: str | os.PathLike) -> str | None:
+    """`hard` or `soft`: who drew a frame PNG (`render --edges`), from its text chunk; None if it has none."""
+    value = read_png_text(path).get(EDGES_KEY, "")
+    return next((kind for kind in EDGE_KINDS if value.startswith(kind + ":")), None)
 
 
 def _png_bytes(pixels: np.ndarray, text: dict[str, str] | None = None) -> bytes:

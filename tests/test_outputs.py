@@ -68,6 +68,16 @@ def test_files_get_the_permissions_open_gives_them(tmp_path):
     assert (tmp_path / "kept.bin").stat().st_mode & 0o777 == 0o604 and (tmp_path / "kept.bin").read_bytes() == b"new"
 
 
+def test_a_frame_png_names_who_drew_it(tmp_path):
+    """`render` writes the PNG text chunk `invert --compare auto` reads (engine.image_io, not the render command)."""
+    pixels = np.zeros((2, 3, 3), np.uint8)
+    for kind in image_io.EDGE_KINDS:
+        image_io.write_png(tmp_path / f"{kind}.png", pixels, text=image_io.png_edges_text(kind))
+        assert image_io.png_edges(tmp_path / f"{kind}.png") == kind
+    image_io.write_png(tmp_path / "plain.png", pixels)
+    assert image_io.png_edges(tmp_path / "plain.png") is None
+
+
 def test_render_writes_floats_only_when_asked_and_labels_its_aovs(tmp_path):
     plain = subprocess.run([*RENDER, "--out", str(tmp_path / "plain")], capture_output=True, text=True, timeout=300)
     assert plain.returncode == 0, plain.stderr
@@ -82,6 +92,7 @@ def test_render_writes_floats_only_when_asked_and_labels_its_aovs(tmp_path):
     np.testing.assert_array_equal(np.asarray(Image.open(out / "frame.png")), image_io.srgb8(frame))
     record = json.loads((out / "render.json").read_text())
     assert record["arch"] == "cpu" and record["interrupted"] is False
+    assert image_io.png_edges(out / "frame.png") == "hard" == record["edges"]
     for name in ("depth.png", "normals.png", "steps.png"):
         assert Image.open(out / name).text["Description"] == record["aovs"][name]
     from engine.render import MAX_DEPTH

@@ -104,7 +104,6 @@ def fit_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:
 
 def render_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:
     """The job's frames of the robot-arm scene, written as `render --frames` writes them."""
-    from app.scenes.render_cli import png_text
     from app.scenes.robot_arm import scene_at
     from engine import backend, image_io
     from engine.render import Camera, Renderer
@@ -115,7 +114,7 @@ def render_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:
     for index, t, azimuth in settings["frames"]:
         camera = Camera(azimuth=azimuth, elevation=settings["elevation"], distance=settings["distance"])
         image_io.write_png(folder / frame_path(index), image_io.srgb8(renderer.render(scene_at(t), camera)),
-                           text=png_text("hard"))  # the forward renderer: `render`'s default edges
+                           text=image_io.png_edges_text("hard"))  # the forward renderer: `render`'s default edges
     return {"status": "ok", "frames": len(settings["frames"])}, [frame_path(index) for index, _, _ in settings["frames"]]
 
 

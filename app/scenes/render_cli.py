@@ -16,8 +16,9 @@ records them with the settings and the backend that ran. Float outputs are opt-i
 differentiable render (`engine.diff_render`: silhouettes antialiased by its one-footprint
 soft coverage, the edge math of `engine.kernels.raymarch_grad`), at up to 512x256 and without
 AOVs. A soft PNG is the image `python -m app invert` compares, so `invert --target-image`
-recovers the pose from it; its PNG says so in a text chunk (`EDGES_KEY`), which
-`invert --compare auto` reads. Hard-edged PNGs recover to about a degree only (docs/RESULTS.md).
+recovers the pose from it; its PNG says so in a text chunk (`engine.image_io.png_edges_text`),
+which `invert --compare auto` reads (`engine.image_io.png_edges`). Hard-edged PNGs recover to
+about a degree only (docs/RESULTS.md).
 
 Every flag is checked before the backend starts (sizes within 1..16384 and memory,
 finite numbers in range, a writable output folder that no other run is using).
@@ -40,8 +41,6 @@ MAX_FRAMES = 10000
 FPS_RANGE = (0.1, 50.0)  # a GIF stores delays in hundredths of a second; browsers slow delays under 2/100 s
 VIDEO_FORMATS = ("gif", "mp4")
 ANIMATION_BUDGET = 4 * 2**30  # bytes of frames held for the GIF/MP4 encoders
-EDGE_KINDS = ("hard", "soft")
-EDGES_KEY = "shannon-autograd edges"  # the PNG text chunk naming who drew the frame (`png_edges`)
 OUTPUTS = ("frame.png", "frame.npy", "frame.exr", "depth.png", "depth.npy", "depth.exr", "normals.png", "normals.npy",
            "normals.exr", "steps.png", "render.json", "animation.gif", "animation.mp4", "frames/frame_*.png")
 
@@ -62,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     image = parser.add_argument_group("image")
     image.add_argument("--width", type=int, default=2048, help="pixels, 1..16384 (default 2048)")
     image.add_argument("--height", type=int, default=1024, help="pixels, 1..16384 (default 1024)")
-    image.add_argument("--edges", choices=EDGE_KINDS, default="hard",
+    image.add_argument("--edges", choices=image_io.EDGE_KINDS, default="hard",
                        help="hard: the forward ray marcher, point-sampled silhouettes (the desktop app's image; "
                             "default); soft: the differentiable render, silhouettes antialiased with its soft "
                             "coverage, up to 512x256, no --aov: the image `invert` compares, so `invert "
@@ -156,25 +155,10 @@ def _aov_labels(renderer) -> dict[str, str]:
             "steps.png": f"ray-march steps per pixel, 0 (dark blue) .. {MAX_STEPS} (yellow), viridis-like ramp"}
 
 
-EDGE_TEXT = {"hard": "hard: the forward ray marcher, point-sampled silhouettes",
-             "soft": "soft: the differentiable render, silhouettes antialiased by its soft coverage"}
-
-
-def png_text(edges: str) -> dict[str, str]:
-    """A frame PNG's text chunks: who drew it (`png_edges` reads it back)."""
-    return {EDGES_KEY: EDGE_TEXT[edges], "Software": "shannon-autograd"}
-
-
-def png_edges(path: str | Path) -> str | None:
-    """`hard` or `soft`: the `--edges` a frame PNG was rendered with, from its text chunk; None if it has none."""
-    value = image_io.read_png_text(path).get(EDGES_KEY, "")
-    return next((kind for kind in EDGE_KINDS if value.startswith(kind + ":")), None)
-
-
 def _write_frame(out: Path, rgb, args: argparse.Namespace) -> list[str]:
     """One frame's image files (the PNG, and the float frame with --float); returns their names."""
     written = ["frame.png"]
-    image_io.write_png(out / "frame.png", image_io.srgb8(rgb), text=png_text(args.edges))
+    image_io.write_png(out / "frame.png", image_io.srgb8(rgb), text=image_io.png_edges_text(args.edges))
     if args.float_format != "none":
         image_io.write_float(out / f"frame.{args.float_format}", rgb)
         written.append(f"frame.{args.float_format}")
@@ -244,7 +228,8 @@ def _render(args: argparse.Namespace, camera, videos: tuple[str, ...], out: Path
             if stop:
                 break
             pixels = image_io.srgb8(draw(i / max(args.frames - 1, 1)))
-            image_io.write_png(out / "frames" / f"frame_{i:04d}.png", pixels, text=png_text(args.edges))
+            image_io.write_png(out / "frames" / f"frame_{i:04d}.png", pixels,
+                               text=image_io.png_edges_text(args.edges))
             written.append(f"frames/frame_{i:04d}.png")
             done += 1
             if videos:
