@@ -31,6 +31,7 @@ from PIL import Image
 
 from app import cli
 from engine import backend, output_dir
+from engine.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 DIR = object()  # a fixture that is a folder, not a file
@@ -52,6 +53,20 @@ FIXTURES = {  # name -> content, created in the case's folder before it runs
     "bad.json": "{not json",
     "notarget.json": "{}",
     "ok.obj": TRI + "f 1 2 3\n",
+    # fit --config: each setting of a fit.json checked as strictly as its flag
+    "cfg-iters-bool.json": '{"target": "blob", "iterations": true}',
+    "cfg-iters-float.json": '{"target": "blob", "iterations": 2.5}',
+    "cfg-subdiv-high.json": '{"target": "blob", "subdiv": 9}',
+    "cfg-seed-float.json": '{"target": "blob", "seed": 1e30}',
+    "cfg-target-dict.json": '{"target": {"path": "ok.obj"}}',
+    "cfg-lr-string.json": '{"target": "blob", "lr": "0.1"}',
+    "cfg-lr-nan.json": '{"target": "blob", "lr": NaN}',
+    "cfg-smooth-bool.json": '{"target": "blob", "smooth": false}',
+    "cfg-video-string.json": '{"target": "blob", "video": "yes"}',
+    "cfg-format-list.json": '{"target": "blob", "mesh_format": ["obj"]}',
+    "cfg-samples-zero.json": '{"target": "blob", "samples": 0}',
+    "cfg-arch-number.json": '{"target": "blob", "backend": {"requested": 3}}',
+    "cfg-misspelt.json": '{"target": "blob", "iters": 5}',
 }
 NO_GPU = backend.cuda_unavailable_reason() is not None
 
@@ -98,6 +113,21 @@ CASES = [
     ("config-missing", ["fit", "--config", "missing.json"], 2, "--config missing.json: cannot be read", {}),
     ("config-not-json", ["fit", "--config", "bad.json"], 2, "--config bad.json: not JSON", {}),
     ("config-not-a-fit", ["fit", "--config", "notarget.json"], 2, "not a fit.json (no \"target\")", {}),
+    *[(f"config-{name[4:-5]}", ["fit", "--config", name], 2, f"--config {name}: {words}", {}) for name, words in (
+        ("cfg-iters-bool.json", '"iterations" must be an integer in 1..1,000,000 (as --iters), got true (a boolean)'),
+        ("cfg-iters-float.json", '"iterations" must be an integer in 1..1,000,000 (as --iters), got 2.5 (a number)'),
+        ("cfg-subdiv-high.json", '"subdiv" must be an integer in 0..5 (as --subdiv), got 9 (an integer)'),
+        ("cfg-seed-float.json", '"seed" must be an integer in 0..4,294,967,295 (as --seed), got 1e+30 (a number)'),
+        ("cfg-target-dict.json", '"target" must be a built-in target\'s name or a mesh file\'s path (a non-empty '
+                                 'string) (as --target), got {"path": "ok.obj"} (an object)'),
+        ("cfg-lr-string.json", '"lr" must be a positive number (as --lr), got "0.1" (a string)'),
+        ("cfg-lr-nan.json", '"lr" must be a positive number (as --lr), got NaN (a number)'),
+        ("cfg-smooth-bool.json", '"smooth" must be a number in 0..1 (as --smooth), got false (a boolean)'),
+        ("cfg-video-string.json", '"video" must be true or false (as --video), got "yes" (a string)'),
+        ("cfg-format-list.json", '"mesh_format" must be one of obj, ply, stl, glb (as --mesh-format), got ["obj"]'),
+        ("cfg-samples-zero.json", '"samples" must be an integer in 1..10,000,000 or null (as --samples), got 0'),
+        ("cfg-arch-number.json", '"backend" must be an object whose "requested" is one of auto, cuda, vulkan, cpu'),
+        ("cfg-misspelt.json", '"iters" is not a field of a fit.json (did you mean "iterations"?)'))],
     # fit: outputs
     ("fit-out-proc", ["fit", "--target", "blob", "--out", "/proc/x"], 2, "--out /proc/x: cannot create the folder", {}),
     ("fit-out-unwritable", ["fit", "--target", "blob", "--out", "/proc"], 2, "--out /proc: the folder is not writable", {}),
@@ -238,6 +268,24 @@ def test_misuse_fails_in_one_line_before_any_backend_starts(inprocess, tmp_path,
     before = files_under(tmp_path)
     assert_one_error_line(*inprocess(argv, env), code, words)
     assert files_under(tmp_path) == before, "a refused run wrote or removed files"
+
+
+def test_a_config_is_checked_field_by_field_like_the_flags():
+    """Every FitSettings field has its check in fit.json; a valid value of each passes, and null only where allowed."""
+    from dataclasses import fields
+
+    from app.scenes.fit_settings import RECORD_SETTINGS, FitSettings
+
+    assert set(RECORD_SETTINGS) == {field.name for field in fields(FitSettings)}
+    record = {"target": "blob", "subdiv": 0, "iterations": 1_000_000, "lr": 1, "smooth": 0, "smooth_end": None,
+              "samples": None, "seed": 2**32 - 1, "dump_every": 0, "mesh_format": "glb", "video": True, "arch": "cpu",
+              "status": "ok", "losses": [1.0]}
+    settings = FitSettings.from_record(record, "c.json")
+    assert (settings.iterations, settings.lr, settings.arch, settings.video) == (1_000_000, 1, "cpu", True)
+    assert settings.validate() is settings
+    for name in ("target", "subdiv", "iterations", "lr", "smooth", "seed", "dump_every", "mesh_format", "video"):
+        with pytest.raises(UserError, match=f'^c.json: "{name}" must be .*, got null$'):
+            FitSettings.from_record({**record, name: None}, "c.json")
 
 
 def test_there_are_at_least_60_misuse_cases():

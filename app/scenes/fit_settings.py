@@ -6,9 +6,11 @@ to 0.1 over 400 iterations. The `fit` CLI, the desktop app and the claim start f
 """
 from __future__ import annotations
 
+import difflib
+import json
 import math
 import numbers
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import UserError
@@ -71,16 +73,75 @@ class FitSettings:
 
     @classmethod
     def from_record(cls, record: dict, source: str = "fit.json") -> "FitSettings":
-        """The settings a fit.json records (UserError naming `source` when it is not one)."""
+        """The settings a fit.json records (UserError naming `source` when it is not one).
+
+        Each field is checked as strictly as its flag: a wrong type or an out-of-range value is an
+        error naming `source`, the field and what it must be (never quietly the default), and so is
+        a field no fit.json has (a misspelt setting would otherwise be ignored)."""
         if not isinstance(record, dict) or "target" not in record:
             raise UserError(f"{source}: not a fit.json (no \"target\")")
-        names = {f.name for f in fields(cls)} - {"arch"}
-        settings = {name: record[name] for name in names if name in record}
-        requested = (record.get("backend") or {}).get("requested") if isinstance(record.get("backend"), dict) else None
-        try:
-            return cls(**settings, arch=requested or None)
-        except TypeError as exc:
-            raise UserError(f"{source}: {exc}") from None
+        unknown = sorted(set(record) - RECORD_KEYS)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(RECORD_KEYS), n=1)
+            hint = f" (did you mean \"{close[0]}\"?)" if close else f"; its settings are {', '.join(RECORD_SETTINGS)}"
+            raise UserError(f"{source}: \"{unknown[0]}\" is not a field of a fit.json{hint}")
+        for name, (flag, what, ok) in RECORD_SETTINGS.items():
+            if name in record and not ok(record[name]):
+                raise UserError(f"{source}: \"{name}\" must be {what} (as {flag}), got {_json_value(record[name])}")
+        settings = {name: record[name] for name in RECORD_SETTINGS if name in record and name != "arch"}
+        backend = record.get("backend")
+        if backend is not None and not (isinstance(backend, dict) and _arch_or_none(backend.get("requested"))):
+            raise UserError(f"{source}: \"backend\" must be an object whose \"requested\" is one of "
+                            f"{', '.join(ARCH_CHOICES)} or null (as --arch), got {_json_value(backend)}")
+        arch = backend.get("requested") if isinstance(backend, dict) else record.get("arch")
+        return cls(**settings, arch=arch or None)
+
+
+def _json_value(value) -> str:
+    """A config value as JSON writes it, and its JSON type: '"0.1" (a string)', 'true (a boolean)'."""
+    kind = ("a boolean" if isinstance(value, bool) else "null" if value is None
+            else "an integer" if isinstance(value, int) else "a number" if isinstance(value, float)
+            else "a string" if isinstance(value, str) else "a list" if isinstance(value, list)
+            else "an object" if isinstance(value, dict) else type(value).__name__)
+    text = json.dumps(value, allow_nan=True, default=str)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return text if value is None else f"{text} ({kind})"
+
+
+def _int_in(lo: int, hi: int, null: bool = False):
+    return lambda v: (v is None and null) or (type(v) is int and lo <= v <= hi)
+
+
+def _number_in(lo: float, hi: float, null: bool = False):
+    return lambda v: (v is None and null) or (type(v) in (int, float) and lo <= v <= hi)
+
+
+def _arch_or_none(value) -> bool:
+    return value is None or (isinstance(value, str) and value in ARCH_CHOICES)
+
+
+ARCH_CHOICES = ("auto", "cuda", "vulkan", "cpu")  # engine.backend.ARCH_CHOICES (not imported: no Taichi here)
+# fit.json's settings: field -> (its flag, what it must be, the check); JSON integers only where the flag takes one
+RECORD_SETTINGS = {
+    "target": ("--target", "a built-in target's name or a mesh file's path (a non-empty string)",
+               lambda v: isinstance(v, str) and bool(v.strip())),
+    "subdiv": ("--subdiv", f"an integer in 0..{MAX_SUBDIV}", _int_in(0, MAX_SUBDIV)),
+    "iterations": ("--iters", f"an integer in 1..{MAX_ITERS:,}", _int_in(1, MAX_ITERS)),
+    "lr": ("--lr", "a positive number", lambda v: type(v) in (int, float) and v > 0 and math.isfinite(v)),
+    "smooth": ("--smooth", "a number in 0..1", _number_in(0.0, 1.0)),
+    "smooth_end": ("--smooth-end", "a number in 0..1 or null", _number_in(0.0, 1.0, null=True)),
+    "samples": ("--samples", f"an integer in 1..{MAX_SAMPLES:,} or null", _int_in(1, MAX_SAMPLES, null=True)),
+    "seed": ("--seed", f"an integer in 0..{MAX_SEED:,}", _int_in(0, MAX_SEED)),
+    "dump_every": ("--dump-every", f"an integer in 0..{MAX_ITERS:,}", _int_in(0, MAX_ITERS)),
+    "mesh_format": ("--mesh-format", f"one of {', '.join(MESH_FORMATS)}", lambda v: isinstance(v, str) and
+                    v in MESH_FORMATS),
+    "video": ("--video", "true or false", lambda v: isinstance(v, bool)),
+    "arch": ("--arch", f"one of {', '.join(ARCH_CHOICES)} or null", _arch_or_none),  # read where no "backend" is
+}
+# what else app.scenes.fit_run writes into a fit.json (results, not settings: read by nothing here)
+RECORD_RESULTS = ("status", "target_name", "backend", "vertices", "iterations_done", "wall_s", "orders", "misses",
+                  "final_loss", "diverged", "diverged_at", "divergence", "interrupted", "signal", "losses", "files")
+RECORD_KEYS = frozenset(RECORD_SETTINGS) | frozenset(RECORD_RESULTS)
 
 
 def _check_int(flag: str, value, lo: int, hi: int) -> None:
@@ -93,7 +154,8 @@ def check_subdiv_lr_smooth(subdiv: int, lr: float, smooth: float, smooth_end: fl
     if isinstance(subdiv, bool) or not isinstance(subdiv, numbers.Integral) or not 0 <= subdiv <= MAX_SUBDIV:
         raise UserError(f"--subdiv must be an integer in 0..{MAX_SUBDIV}, got {subdiv!r}")
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not (lr > 0 and math.isfinite(lr)):
-        raise UserError(f"--lr must be a positive number, got {lr}")
+        raise UserError(f"--lr must be a positive number, got {lr!r}")
     for flag, value in (("--smooth", smooth), ("--smooth-end", smooth_end)):
-        if value is not None and (not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0):
-            raise UserError(f"{flag} must be in 0..1 (a Laplacian step size), got {value}")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                  or not 0.0 <= value <= 1.0):
+            raise UserError(f"{flag} must be in 0..1 (a Laplacian step size), got {value!r}")
