@@ -288,6 +288,34 @@ def test_a_config_is_checked_field_by_field_like_the_flags():
             FitSettings.from_record({**record, name: None}, "c.json")
 
 
+def test_a_batch_job_folder_stays_inside_out_jobs_whatever_the_mesh_is_named(tmp_path):
+    """A mesh named `...obj` has the stem `..`: its job folder was OUT/jobs/../default, i.e. OUT/default."""
+    from app.batch import jobs as job_specs
+    from app.batch import store
+
+    meshes = tmp_path / "meshes"
+    meshes.mkdir()
+    names = ["...obj", "..obj", ".obj", "....obj", "a b.obj", "a_b.obj", "nl\n.obj", "back\\slash.obj", "é.obj",
+             "-.obj", "x" * 200 + ".obj", "spot.obj"]
+    for name in names:
+        (meshes / name).write_text(FIXTURES["ok.obj"])
+    targets = job_specs.find_targets([str(meshes), str(meshes / ".obj")])  # `.obj` has no suffix: given as a file
+    assert len(targets) == len(names)
+    jobs = job_specs.fit_jobs(targets, job_specs.parse_grid(["seed=0,1"]), base={}, arch="cpu", threads=1)
+    out = tmp_path / "out"
+    folders = [store.job_folder(out, job) for job in jobs]
+    assert len(set(folders)) == len(jobs) == 2 * len(names), "every job has its own folder"
+    for job, folder in zip(jobs, folders):
+        assert folder.resolve().is_relative_to((out / "jobs").resolve()), job.name
+        label = folder.relative_to(out / "jobs").parts[0]
+        assert not label.startswith(".") and len(label) <= job_specs.MAX_LABEL + 7, job.name
+        assert all(c.isascii() and (c.isalnum() or c in "+-_.") for c in label), job.name
+    assert {job.name for job in jobs if job.settings["target"].endswith("spot.obj")} == {"spot/seed0", "spot/seed1"}
+    for bad in ("../x", "a/../../x", ".hidden/x", "/abs/x", ""):
+        with pytest.raises(ValueError, match="outside"):
+            store.job_folder(out, job_specs.Job("fit", bad))
+
+
 def test_there_are_at_least_60_misuse_cases():
     assert len(CASES) + len(SUBPROCESS_CASES) >= 60
 

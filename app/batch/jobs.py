@@ -99,12 +99,26 @@ def find_targets(specs: list[str]) -> list[str]:
     return found
 
 
+MAX_LABEL = 64  # characters of a target's folder name (its stem, cut; a hash keeps cut names apart)
+
+
+def folder_name(text: str) -> str:
+    """`text` as one safe folder name: letters, digits and `+-_.` kept, anything else `_`, no leading dot.
+
+    So a job folder always lies inside OUT/jobs/: a mesh named `...obj` (stem `..`), `.obj` (a hidden
+    name), or one with a slash, a backslash, a newline or a control character cannot name another place."""
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "+-_.") else "_" for c in text).lstrip(".")
+    return name[:MAX_LABEL] or "mesh"
+
+
 def _target_labels(targets: list[str]) -> dict[str, str]:
-    """A folder name per target: its file stem, made unique by a short hash of the path where stems repeat."""
-    stems = {t: Path(t).stem or t for t in targets}
+    """A folder name per target: its file stem made safe (`folder_name`), made unique by a short hash of the
+    path where those repeat (or where making it safe changed it: `a b` and `a_b` stay apart)."""
+    stems = {t: folder_name(Path(t).stem or t) for t in targets}
     repeated = {s for s in stems.values() if list(stems.values()).count(s) > 1}
-    return {t: f"{s}-{hashlib.sha1(str(Path(t).resolve()).encode()).hexdigest()[:6]}" if s in repeated else s
-            for t, s in stems.items()}
+    changed = {t for t, s in stems.items() if s != (Path(t).stem or t)}
+    return {t: f"{s}-{hashlib.sha1(str(Path(t).resolve()).encode()).hexdigest()[:6]}"
+            if s in repeated or t in changed else s for t, s in stems.items()}
 
 
 def _label(settings: dict) -> str:

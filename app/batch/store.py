@@ -38,6 +38,10 @@ COLUMNS = {
 
 
 def job_folder(out: Path, job: Job) -> Path:
+    """OUT/jobs/<job name>: always inside OUT/jobs (the names are made safe in app.batch.jobs; checked here)."""
+    parts = Path(job.name).parts
+    if not parts or any(part in (".", "..") or part.startswith(".") for part in parts) or Path(job.name).is_absolute():
+        raise ValueError(f"job name {job.name!r} would name a folder outside {out / 'jobs'}")
     return out / "jobs" / job.name
 
 
