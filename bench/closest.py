@@ -60,6 +60,7 @@ class Ours:
     def __init__(self, vertices: np.ndarray, faces: np.ndarray, leaf_size: int | None) -> None:
         import taichi as ti
 
+        from engine import taichi_private
         from engine.triangle_bvh import DEFAULT_LEAF_SIZE, TriangleBVH
 
         self.sync = ti.sync
@@ -67,7 +68,7 @@ class Ours:
         self.leaf_size = leaf_size or DEFAULT_LEAF_SIZE
         self.bvh = TriangleBVH.build(self.vertices, self.faces, leaf_size=self.leaf_size)
         self.buffers: dict[int, Any] = {}
-        self.threads = ti.lang.impl.current_cfg().cpu_max_num_threads
+        self.threads = taichi_private.cpu_threads()
 
     def build(self) -> None:
         from engine.triangle_bvh import TriangleBVH

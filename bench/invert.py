@@ -256,13 +256,13 @@ def main(argv: list[str]) -> int:
         raise UserError(f"--arch {options.arch}: this benchmark compares CPU backends (ours on cpu vs Dr.Jit LLVM)")
     os.environ["TI_CPU_MAX_NUM_THREADS"] = str(options.threads)
 
-    from engine import backend
+    from engine import backend, taichi_private
     from engine.progress import bar
 
     backend.init("cpu")
     import taichi as ti
 
-    ti_threads = ti.lang.impl.current_cfg().cpu_max_num_threads
+    ti_threads = taichi_private.cpu_threads()
     peer = None
     if not options.no_drjit:
         try:

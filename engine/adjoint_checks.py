@@ -17,6 +17,7 @@ import numpy as np
 import taichi as ti
 
 from engine.autodiff.custom import adjoint_of
+from engine import taichi_private
 from engine.autodiff.gradcheck import finite_difference_gradient
 from engine.fields import FieldGroup
 from engine.kernels import image_loss as il
@@ -29,7 +30,7 @@ ROWS, COLS, N_PX, K = 7, 5, 6, 2
 
 
 def _dtype() -> tuple:
-    return (ti.f32, np.float32) if ti.lang.impl.current_cfg().arch == ti.vulkan else (ti.f64, np.float64)
+    return (ti.f32, np.float32) if taichi_private.arch() == ti.vulkan else (ti.f64, np.float64)
 
 
 def reference_soft_min(ratio: np.ndarray, colour: np.ndarray, active: np.ndarray, kappa: float) -> tuple:

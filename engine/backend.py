@@ -102,7 +102,9 @@ def cuda_unavailable_reason() -> str | None:
 def _arch_in_use() -> str:
     import taichi as ti
 
-    arch = ti.lang.impl.current_cfg().arch
+    from engine import taichi_private
+
+    arch = taichi_private.arch()
     return {ti.x64: "cpu", ti.arm64: "cpu", ti.cuda: "cuda", ti.vulkan: "vulkan"}.get(arch, str(arch))
 
 
@@ -140,11 +142,11 @@ def clear_stale_cache_locks(cache_dir: str | Path, now: float | None = None) -> 
 def _start(name: str, kernel_profiler: bool) -> None:
     import taichi as ti
 
-    from engine import kernel_source_info
+    from engine import kernel_source_info, taichi_private
 
     kernel_source_info.install()  # halves every kernel's load from the offline cache (its docstring)
     arch = {"cuda": ti.cuda, "vulkan": ti.vulkan, "cpu": ti.cpu}[name]
-    cache_dir = os.environ.get("TI_OFFLINE_CACHE_FILE_PATH") or ti.lang.impl.default_cfg().offline_cache_file_path
+    cache_dir = os.environ.get("TI_OFFLINE_CACHE_FILE_PATH") or taichi_private.default_offline_cache_dir()
     for lock in clear_stale_cache_locks(cache_dir):  # the environment overrides the default, as in ti.init
         log.warning("removed a stale Taichi cache lock %s (left by a killed process; without its removal "
                     "every kernel would compile again)", lock)
@@ -222,9 +224,9 @@ def require() -> None:
         'cpu'
         >>> backend.require()  # quiet once a backend runs
     """
-    from taichi.lang import impl
+    from engine import taichi_private
 
-    if impl.get_runtime().prog is None:  # what ti.init creates and ti.reset drops (tests/test_taichi_internals.py)
+    if taichi_private.program() is None:  # what ti.init creates and ti.reset drops (tests/test_taichi_internals.py)
         raise BackendNotStarted(NOT_STARTED)
 
 
@@ -235,9 +237,9 @@ def taichi_program() -> object:
     program's object can reuse the old one's address, so an `id()` kept as the key matched a new
     program and the kept fields were used after they were freed (a segfault, seen in a process
     running several fits with `stop()` between them)."""
-    from taichi.lang import impl
+    from engine import taichi_private
 
-    return impl.get_runtime().prog
+    return taichi_private.program()
 
 
 def stop() -> Backend | None:

@@ -52,6 +52,7 @@ def pin_workers(before: set[int]) -> dict[int, int]:
     one per allowed core, where the module docstring's conditions hold; returns `pinned()`."""
     import taichi as ti
 
+    from engine import taichi_private
     from engine.kernels.thread_pool import wake_workers
     from engine.launch import launch
 
@@ -59,7 +60,7 @@ def pin_workers(before: set[int]) -> dict[int, int]:
     if os.environ.get(PIN_ENV, "1") == "0" or not sys.platform.startswith("linux"):
         return {}
     cores = sorted(os.sched_getaffinity(0))
-    width = ti.lang.impl.current_cfg().cpu_max_num_threads
+    width = taichi_private.cpu_threads()
     if width < 2 or width != len(cores):
         log.debug("CPU pool of %d workers on %d allowed cores: not pinned", width, len(cores))
         return {}
@@ -86,7 +87,9 @@ def on_cpu() -> bool:
     """Whether the running Taichi program is on the CPU backend."""
     import taichi as ti
 
-    return ti.lang.impl.current_cfg().arch in (ti.x64, ti.arm64)
+    from engine import taichi_private
+
+    return taichi_private.arch() in (ti.x64, ti.arm64)
 
 
 def loop_spread(blocks: int) -> tuple[int, int, int]:
@@ -94,13 +97,12 @@ def loop_spread(blocks: int) -> tuple[int, int, int]:
     backend's threads by `engine.kernels.spread.spread_block` (its docstring says why): on the
     CPU one chunk of at least CPU_MIN_CHUNK iterations per pool thread, elsewhere one block an
     iteration."""
-    import taichi as ti
-
+    from engine import taichi_private
     from engine.kernels.spread import CPU_MIN_CHUNK
 
     if not on_cpu():
         return blocks, blocks, 1
-    threads = ti.lang.impl.current_cfg().cpu_max_num_threads
+    threads = taichi_private.cpu_threads()
     chunk = max(-(-blocks // threads), CPU_MIN_CHUNK)
     return threads * chunk, chunk, threads
 

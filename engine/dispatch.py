@@ -49,7 +49,7 @@ recording into Taichi's own `ti.ad.Tape` / forward-mode manager; the project's t
 program it was made in (`ti.reset()`/re-init invalidates it; `native`/`call` notice a
 re-init and rebind) and for as long as its fields live.
 
-The private Taichi 1.7.4 entry points used here are exercised by
+The private Taichi 1.7.4 entry points used here (through `engine.taichi_private`) are exercised by
 `tests/test_taichi_internals.py`, so an upgrade that moves them fails loudly.
 """
 from __future__ import annotations
@@ -62,15 +62,11 @@ from typing import Any
 
 import numpy as np
 import taichi as ti
-from taichi.lang import impl
-from taichi.lang._ndarray import Ndarray
-from taichi.lang.enums import AutodiffMode, Layout
-from taichi.lang.kernel_impl import Kernel, _BoundedDifferentiableMethod
-from taichi.lang.matrix import MatrixType
-from taichi.lang.struct import StructType
 from taichi.types import ndarray_type, primitive_types, template
-from taichi.lang.util import cook_dtype
 from taichi.types.utils import is_signed
+
+from engine.taichi_private import AutodiffMode, BoundedDifferentiableMethod, Kernel, Layout, MatrixType, Ndarray, \
+    StructType, config, cook_dtype, get_runtime
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +88,10 @@ def resolve(kernel: Any) -> tuple[Kernel, tuple]:
     """
     if isinstance(kernel, Kernel):
         return kernel, ()
-    if isinstance(kernel, _BoundedDifferentiableMethod):
+    if isinstance(kernel, BoundedDifferentiableMethod):
         return kernel._primal, () if kernel._is_staticmethod else (kernel._kernel_owner,)
     owner = getattr(kernel, "__self__", None)
-    if isinstance(owner, _BoundedDifferentiableMethod) and kernel.__func__ is _BoundedDifferentiableMethod.grad:
+    if isinstance(owner, BoundedDifferentiableMethod) and kernel.__func__ is BoundedDifferentiableMethod.grad:
         return owner._adjoint, (owner._kernel_owner,)
     primal = getattr(kernel, "_primal", None)
     if isinstance(primal, Kernel):
@@ -225,7 +221,7 @@ class _Slot:
             setter[0](owner._ctx)  # type: ignore[misc]
 
         if isinstance(value, Ndarray):
-            prog = impl.get_runtime().prog
+            prog = get_runtime().prog
 
             def write(array: Any) -> None:
                 _check(isinstance(array, Ndarray), self.name, "a Taichi ndarray", array)
@@ -278,19 +274,19 @@ class BoundLaunch:
         self._kern = kern
         self._offset = len(owner)
         self.native, self.fallback_reason = True, None
-        runtime = impl.get_runtime()
+        runtime = get_runtime()
         if runtime.target_tape is not None or runtime.fwd_mode_manager is not None:
             raise RuntimeError(f"bind({self.name}): a ti.ad.Tape / ti.ad.FwdMode is active; native launches "
                                "are not recorded by it (use engine.autodiff's tape)")
         if len(self.args) != len(kern.arguments):
             raise TypeError(f"{self.name}: {len(kern.arguments) - self._offset} argument(s) needed "
                             f"but {len(args)} provided")
-        if kern.autodiff_mode != AutodiffMode.NONE and impl.current_cfg().opt_level == 0:
-            impl.current_cfg().opt_level = 1  # as Kernel.__call__ does for gradient kernels
+        if kern.autodiff_mode != AutodiffMode.NONE and config().opt_level == 0:
+            config().opt_level = 1  # as Kernel.__call__ does for gradient kernels
         key = kern.ensure_compiled(*self.args)
         self._t_kernel = t_kernel = kern.compiled_kernels[key]
         prog = runtime.prog
-        arch = impl.current_cfg().arch
+        arch = config().arch
         # The CUDA (and AMDGPU) launcher points the context's argument and result buffers at
         # device memory it frees after the launch, so a context there serves one launch only.
         self.fresh_context = arch in (ti.cuda, ti.amdgpu) if fresh_context is None else fresh_context
@@ -459,15 +455,15 @@ class NativeKernel:
         self._keyed = [i - len(owner) for i, argument in enumerate(kern.arguments)
                        if i >= len(owner) and isinstance(argument.annotation, (template, ndarray_type.NdarrayType))]
         self._cache: dict[tuple, BoundLaunch] = {}
-        self._program = impl.pytaichi  # ti.init/ti.reset replace it, and with it every compiled kernel
+        self._program = get_runtime()  # ti.init/ti.reset replace it, and with it every compiled kernel
 
     def __call__(self, *args: Any) -> Any:
         # Hot path, kept flat: one dict lookup, one context write per changed argument, one launch.
         if len(args) != self._arity:
             raise TypeError(f"{_kernel_name(self._kern)}: {self._arity} argument(s) needed but {len(args)} provided")
-        if impl.pytaichi is not self._program:  # Taichi was re-initialised: the bindings are void
+        if get_runtime() is not self._program:  # Taichi was re-initialised: the bindings are void
             self._cache.clear()
-            self._program = impl.pytaichi
+            self._program = get_runtime()
         keyed = self._keyed
         key = tuple([id(args[i]) for i in keyed]) if keyed else ()
         bound = self._cache.get(key)
@@ -489,7 +485,7 @@ class NativeKernel:
     @property
     def grad(self) -> "NativeKernel":
         """The native form of the kernel's Taichi-generated adjoint."""
-        if isinstance(self.kernel, _BoundedDifferentiableMethod):
+        if isinstance(self.kernel, BoundedDifferentiableMethod):
             return NativeKernel(self.kernel.grad)
         return NativeKernel(self._kern.grad)
 

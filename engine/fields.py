@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 import taichi as ti
-from taichi._lib import core as _ti_core
 
-from engine import backend
+from engine import backend, taichi_private
 from engine.errors import UserError
 
 _TAICHI_DTYPES = {np.dtype(np.float32): ti.f32, np.dtype(np.float64): ti.f64}
@@ -73,7 +72,7 @@ class FieldGroup:
         return self._place(ti.Vector.field(n, dtype, needs_grad=needs_grad), shape, needs_grad)
 
     def finalize(self) -> "FieldGroup":
-        if self.nbytes > VULKAN_MAX_BYTES and ti.lang.impl.current_cfg().arch == ti.vulkan:
+        if self.nbytes > VULKAN_MAX_BYTES and taichi_private.arch() == ti.vulkan:
             raise UserError(f"a field group of {self.nbytes / 2 ** 20:.1f} MiB is more than one Vulkan storage buffer "
                             f"is guaranteed to hold ({VULKAN_MAX_BYTES // 2 ** 20} MiB): split it, or use a smaller "
                             f"size")
@@ -90,7 +89,7 @@ class FieldGroup:
         if self._tree is not None:
             freed = {id(field) for field in self._fields}
             kept = []
-            for kernel in ti.lang.impl.get_runtime().kernels:
+            for kernel in taichi_private.kernels():
                 instances = _instances_without(kernel, freed)
                 kept.append((kernel, {key: compiled for key, compiled in kernel.compiled_kernels.items()
                                       if key[1] in instances}))
@@ -112,4 +111,4 @@ def _holds(value: Any, freed: set[int]) -> bool:
     address (this project passes none to a template argument)."""
     if isinstance(value, tuple):
         return any(_holds(item, freed) for item in value)
-    return id(value) in freed or isinstance(value, (_ti_core.SNode, weakref.ref))
+    return id(value) in freed or isinstance(value, (taichi_private.CoreSNode, weakref.ref))

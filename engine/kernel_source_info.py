@@ -31,11 +31,10 @@ import sys
 import textwrap
 import types
 
-from taichi.lang import kernel_impl
-from taichi.lang.ast import ast_transformer_utils
+from engine.taichi_private import ASTTransformerContext, kernel_impl
 
 _COMPOUND = (ast.For, ast.While, ast.FunctionDef, ast.If)  # Taichi's message spans only their header
-_original = ast_transformer_utils.ASTTransformerContext.get_pos_info
+_original = ASTTransformerContext.get_pos_info
 _messages: dict[tuple, str] = {}
 
 
@@ -56,11 +55,11 @@ def install() -> None:
     Example:
         >>> from engine import kernel_source_info
         >>> kernel_source_info.install()
-        >>> from taichi.lang.ast.ast_transformer_utils import ASTTransformerContext
+        >>> from engine.taichi_private import ASTTransformerContext
         >>> ASTTransformerContext.get_pos_info.__name__
         '_memoised_get_pos_info'
     """
-    ast_transformer_utils.ASTTransformerContext.get_pos_info = _memoised_get_pos_info
+    ASTTransformerContext.get_pos_info = _memoised_get_pos_info
     kernel_impl.getsourcelines = _memoised_getsourcelines
     kernel_impl.textwrap = _TEXTWRAP
     kernel_impl._inside_class = _inside_class

@@ -456,14 +456,14 @@ def test_taichi_restarted_per_job_reuses_its_cached_kernels_and_caps_threads(tmp
     (no new cache entry), while a second set of fields in the same program compiles new instances."""
     code = """if True:
         import json, os, pathlib, numpy as np, taichi as ti
-        from engine import backend
+        from engine import backend, taichi_private
         from engine.affine_problem import AffineProblem
         cache = pathlib.Path(os.environ['TI_OFFLINE_CACHE_FILE_PATH'])
         def entries():
             return len(list(cache.rglob('*.tic')))
         def job(problems):
             backend.init('cpu')
-            threads = ti.lang.impl.current_cfg().cpu_max_num_threads
+            threads = taichi_private.cpu_threads()
             for _ in range(problems):
                 AffineProblem(64).forward(np.ones(64, np.float32))
             backend.stop()

@@ -18,7 +18,7 @@ if len(sys.argv) > 1:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 import numpy as np
 import taichi as ti
-from engine import backend, cpu_pool
+from engine import backend, cpu_pool, taichi_private
 from engine.kernels.thread_pool import wake_workers
 from engine.launch import launch
 backend.init("cpu")
@@ -34,7 +34,7 @@ while True:  # a woken worker may not be scheduled before the launching thread h
         break
     time.sleep(0.001)
 print(json.dumps({
-    "width": ti.lang.impl.current_cfg().cpu_max_num_threads,
+    "width": taichi_private.cpu_threads(),
     "cores": sorted(os.sched_getaffinity(0)),
     "pinned": {str(tid): core for tid, core in pinned.items()},
     "affinity": {str(tid): sorted(os.sched_getaffinity(tid)) for tid in pinned},

@@ -6,10 +6,9 @@ import subprocess
 import sys
 
 import taichi as ti
-from taichi.lang import kernel_impl
-from taichi.lang.ast.ast_transformer_utils import ASTTransformerContext
 
 from engine import kernel_source_info
+from engine.taichi_private import ASTTransformerContext, kernel_impl
 
 
 @ti.func

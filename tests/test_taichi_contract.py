@@ -9,8 +9,12 @@
   (docs/RESULTS.md, "Taichi's CPU target");
 - freeing an SNode tree drops every compiled kernel of the process, and a kernel instance's
   template key holds the field objects it was given (engine.fields.FieldGroup.destroy puts back
-  the instances given none of the freed group's fields).
+  the instances given none of the freed group's fields);
+- every name `engine.taichi_private` re-exports from Taichi's private API (`taichi.lang`,
+  `taichi._lib`) exists and behaves as the modules that use it rely on, and no other module of the
+  checkout imports or reaches that API itself (so that module is the whole of an upgrade's audit).
 """
+import ast
 import os
 import re
 import subprocess
@@ -118,9 +122,10 @@ def test_ndarray_autodiff_is_broken_on_vulkan_but_not_cpu():
 
 def test_kernel_cache_is_not_evicted_at_taichi_default_size(ti_cpu):
     # Taichi's default (100 MiB, oldest first) evicted this project's own kernels between runs.
+    from engine import taichi_private
     from engine.backend import OFFLINE_CACHE_BYTES
 
-    assert ti.lang.impl.current_cfg().offline_cache_max_size_of_files == OFFLINE_CACHE_BYTES >= 1 << 30
+    assert taichi_private.config().offline_cache_max_size_of_files == OFFLINE_CACHE_BYTES >= 1 << 30
 
 
 def test_freeing_a_field_group_drops_only_the_kernels_given_its_fields():
@@ -163,3 +168,252 @@ def test_cpu_kernels_are_compiled_for_this_machines_cpu(tmp_path):
     named = not ("AuthenticAMD" in cpuinfo and family > 25)
     assert ("vmulss" in assembly) == (has_avx and named), \
         f"the cpu kernel's multiply is not encoded as expected for this CPU (family {family}, avx {has_avx})"
+
+
+@ti.kernel
+def _private_probe(x: ti.template(), a: ti.f32, out: ti.types.ndarray(dtype=ti.f32, ndim=1)):
+    for i in x:
+        out[i] = a * x[i]
+
+
+@ti.data_oriented
+class _PrivateOwner:
+    @ti.kernel
+    def scale(self, x: ti.template(), a: ti.f32):
+        for i in x:
+            x[i] *= a
+
+
+def _private_name_checks(scalar, vector) -> dict:
+    """name -> a check of what the project relies on of that name of engine.taichi_private (on the cpu)."""
+    from engine import taichi_private as private
+
+    out = ti.ndarray(ti.f32, 4)
+
+    def kernel():  # dispatch binds through these; fields.FieldGroup.destroy reads the mapper and instances
+        assert isinstance(_private_probe._primal, private.Kernel) and isinstance(_private_probe._adjoint, private.Kernel)
+        _private_probe(scalar, 2.0, out)
+        assert _private_probe._primal.compiled_kernels and _private_probe._primal.mapper.mapping
+        for attribute in ("ensure_compiled", "arguments", "autodiff_mode", "func", "grad"):
+            assert hasattr(_private_probe._primal, attribute), attribute
+
+    def bounded_method():  # engine.dispatch.resolve tells a data-oriented kernel and its .grad by these
+        method = _PrivateOwner().scale
+        assert isinstance(method, private.BoundedDifferentiableMethod)
+        assert method.grad.__func__ is private.BoundedDifferentiableMethod.grad
+        assert isinstance(method._primal, private.Kernel) and method._is_staticmethod is False
+
+    def autodiff_mode():
+        assert _private_probe._primal.autodiff_mode == private.AutodiffMode.NONE
+        assert _private_probe._adjoint.autodiff_mode == private.AutodiffMode.REVERSE
+
+    def layout():  # an ndarray argument's element layout (dispatch strips the element's dims by it)
+        assert ti.types.ndarray(dtype=ti.math.vec3, ndim=1).layout == private.Layout.AOS != private.Layout.SOA
+
+    def ndarray():
+        array = ti.ndarray(ti.f32, 4, needs_grad=True)
+        assert isinstance(array, private.Ndarray) and not isinstance(scalar, private.Ndarray)
+        assert array.arr is not None and isinstance(array.grad, private.Ndarray)
+
+    def field():  # the tape and the optimisers take fields (and their placed gradients) by this class
+        assert isinstance(scalar, private.Field) and isinstance(vector, private.Field)
+        assert isinstance(scalar.grad, private.Field) and scalar.grad._snode.ptr is not None
+        assert not isinstance(out, private.Field)
+
+    def matrix_field():
+        assert isinstance(vector, private.MatrixField) and not isinstance(scalar, private.MatrixField)
+
+    def matrix_type():
+        assert isinstance(ti.math.vec3, private.MatrixType) and isinstance(ti.math.mat2, private.MatrixType)
+        assert (ti.math.vec3.n, ti.math.vec3.ndim, ti.math.mat2.m, ti.math.mat2.ndim) == (3, 1, 2, 2)
+
+    def struct_type():
+        pair = ti.types.struct(a=ti.f32, b=ti.i32)
+        assert isinstance(pair, private.StructType) and hasattr(pair, "set_kernel_struct_args")
+
+    def cook_dtype():
+        assert private.cook_dtype(ti.f32) == ti.f32 and private.cook_dtype(int) == ti.i32
+
+    def core_snode():  # what a kernel instance's template key may hold (FieldGroup.destroy treats it as a field)
+        assert isinstance(scalar.snode.ptr, private.CoreSNode)
+
+    def get_runtime():
+        runtime = private.get_runtime()
+        assert runtime is private.get_runtime() and runtime.prog is not None
+        assert runtime.target_tape is None and runtime.fwd_mode_manager is None
+        assert isinstance(runtime.kernels, list)
+
+    def config():
+        cfg = private.config()
+        assert cfg.arch == private.arch() and isinstance(cfg.opt_level, int)
+        assert cfg.cpu_max_num_threads == private.cpu_threads() and cfg.offline_cache_max_size_of_files > 0
+
+    def arch():
+        assert private.arch() in (ti.x64, ti.arm64)  # the test process runs on the cpu
+
+    def cpu_threads():
+        assert isinstance(private.cpu_threads(), int) and private.cpu_threads() >= 1
+
+    def program():
+        assert private.program() is private.get_runtime().prog is not None
+
+    def kernels():
+        assert any(each is _private_probe._primal for each in private.kernels())
+
+    def default_offline_cache_dir():
+        path = private.default_offline_cache_dir()
+        assert isinstance(path, str) and Path(path).is_absolute()
+
+    def kernel_impl():  # engine.kernel_source_info replaces these (and its test reads _get_tree_and_ctx)
+        for attribute in ("getsourcelines", "textwrap", "_inside_class", "_get_tree_and_ctx"):
+            assert hasattr(private.kernel_impl, attribute), f"kernel_impl.{attribute} is gone"
+
+    def ast_transformer_context():
+        assert callable(private.ASTTransformerContext.get_pos_info)
+
+    return {"Kernel": kernel, "BoundedDifferentiableMethod": bounded_method, "AutodiffMode": autodiff_mode,
+            "Layout": layout, "Ndarray": ndarray, "Field": field, "MatrixField": matrix_field,
+            "MatrixType": matrix_type, "StructType": struct_type, "cook_dtype": cook_dtype, "CoreSNode": core_snode,
+            "get_runtime": get_runtime, "config": config, "arch": arch, "cpu_threads": cpu_threads,
+            "program": program, "kernels": kernels, "default_offline_cache_dir": default_offline_cache_dir,
+            "kernel_impl": kernel_impl, "ASTTransformerContext": ast_transformer_context}
+
+
+def test_every_private_taichi_name_exists_and_behaves_as_relied_upon(ti_cpu):
+    from engine import taichi_private
+    from engine.fields import FieldGroup
+
+    public = {name for name in vars(taichi_private) if not name.startswith("_")} - {"annotations", "Any"}
+    assert public == set(taichi_private.__all__), "engine.taichi_private exports a name not in __all__ (or the reverse)"
+    group = FieldGroup()
+    scalar, vector = group.field(ti.f32, (4,), needs_grad=True), group.vector(3, ti.f32, (4,))
+    group.finalize()
+    try:
+        checks = _private_name_checks(scalar, vector)
+        assert set(checks) == set(taichi_private.__all__), "every name engine.taichi_private exports needs a check here"
+        for name, check in checks.items():
+            try:
+                check()
+            except Exception as exc:
+                raise AssertionError(f"engine.taichi_private.{name} no longer behaves as relied upon: {exc!r}") from exc
+    finally:
+        group.destroy()
+
+
+PRIVATE_RUNTIME_PROBE = """
+import taichi as ti
+from engine import taichi_private
+before = taichi_private.get_runtime()
+print(taichi_private.program() is None)
+ti.init(arch=ti.cpu)
+started = taichi_private.get_runtime()
+print(taichi_private.program() is None, started is before)
+ti.reset()
+print(taichi_private.program() is None, taichi_private.get_runtime() is started)
+"""
+
+
+def test_the_private_runtime_marks_one_program():
+    # engine.backend.require reads "no backend yet" from program(); engine.dispatch drops its bindings when
+    # get_runtime() is another object than the one they were made under (ti.init and ti.reset replace it)
+    result = subprocess.run([sys.executable, "-c", PRIVATE_RUNTIME_PROBE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    answers = [word for word in result.stdout.split() if word in ("True", "False")]  # Taichi prints its own lines too
+    assert answers == ["True", "False", "False", "True", "False"]
+
+
+PRIVATE_MODULE = "engine/taichi_private.py"
+PRIVATE_PACKAGES = ("taichi.lang", "taichi._lib")
+PRIVATE_ATTRIBUTES = ("lang", "_lib")
+
+
+def _is_private(module: str) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in PRIVATE_PACKAGES)
+
+
+def _private_uses(tree: ast.AST, sample: str | None = None) -> list[tuple[int, str]]:
+    """(line, code) of each place `tree` imports or reaches taichi.lang / taichi._lib: an import of them, an
+    attribute `lang` or `_lib` of a name bound to the taichi module (`ti.lang.impl`), a getattr or an
+    import_module of them; code held in strings (doctests, scripts run in a subprocess) counts too, but for the
+    `sample` string (this file's own PRIVATE_USE_SAMPLE)."""
+    taichi_names = {"taichi", "ti"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            taichi_names |= {alias.asname or alias.name for alias in node.names if alias.name == "taichi"}
+    found = []
+    for node in ast.walk(tree):
+        hit = False
+        if isinstance(node, ast.Import):
+            hit = any(_is_private(alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            hit = _is_private(node.module) or (node.module == "taichi" and any(
+                alias.name in PRIVATE_ATTRIBUTES for alias in node.names))
+        elif isinstance(node, ast.Attribute):
+            hit = node.attr in PRIVATE_ATTRIBUTES and isinstance(node.value, ast.Name) and node.value.id in taichi_names
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[-1], ast.Constant):
+            called, argument = ast.unparse(node.func), node.args[-1].value
+            hit = (called == "getattr" and len(node.args) == 2 and argument in PRIVATE_ATTRIBUTES
+                   and isinstance(node.args[0], ast.Name) and node.args[0].id in taichi_names) or (
+                called in ("importlib.import_module", "import_module", "__import__") and isinstance(argument, str)
+                and _is_private(argument))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "\n" in node.value \
+                and node.value != sample:
+            for code in _code_in(node.value):
+                found += [(node.lineno, text) for _, text in _private_uses(code)]
+        if hit:
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def _parsed(source: str) -> ast.AST | None:
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
+
+
+def _code_in(text: str) -> list[ast.AST]:
+    """The Python code a string holds: its doctest examples, and the string itself if it is a program that imports."""
+    examples = [line.strip()[4:] for line in text.splitlines() if line.strip().startswith((">>> ", "... "))]
+    whole = _parsed("\n".join(examples))
+    codes = [whole] if whole else [tree for tree in map(_parsed, examples) if tree]  # else each line alone
+    program = _parsed(text)
+    if program and any(isinstance(node, (ast.Import, ast.ImportFrom)) for node in ast.walk(program)):
+        codes.append(program)
+    return codes
+
+
+def test_no_module_but_taichi_private_reaches_taichis_private_api():
+    from tests.test_layers import ROOT, python_files
+
+    problems = []
+    for path in python_files(ROOT):
+        name = path.relative_to(ROOT).as_posix()
+        if name != PRIVATE_MODULE:
+            uses = _private_uses(ast.parse(path.read_text(), name), PRIVATE_USE_SAMPLE)
+            problems += [f"{name}:{line}: {code}" for line, code in uses]
+    assert not problems, ("Taichi's private API is reached outside engine/taichi_private.py (re-export what is needed "
+                          "there, with its check in this file, and import it from there):\n" + "\n".join(problems))
+
+
+PRIVATE_USE_SAMPLE = '''import taichi as tai
+import taichi.lang.impl
+from taichi.lang.matrix import MatrixField
+from taichi import _lib
+x = tai.lang.impl.current_cfg()
+y = getattr(tai, "_lib")
+z = importlib.import_module("taichi.lang.kernel_impl")
+"""
+    >>> from taichi._lib import core
+"""
+PROBE = """
+import taichi as ti
+print(ti.lang.impl.get_runtime())
+"""
+from engine.taichi_private import config
+w = config().arch, "taichi.lang", ti.types.ndarray()
+'''
+
+
+def test_the_private_api_scan_finds_each_form():
+    assert sorted(line for line, _ in _private_uses(ast.parse(PRIVATE_USE_SAMPLE))) == [2, 3, 4, 5, 6, 7, 8, 11]

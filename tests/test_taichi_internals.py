@@ -9,9 +9,8 @@ import inspect
 
 import numpy as np
 import taichi as ti
-from taichi.lang import impl
-from taichi.lang.enums import AutodiffMode
-from taichi.lang.kernel_impl import Kernel, _BoundedDifferentiableMethod
+
+from engine.taichi_private import AutodiffMode, BoundedDifferentiableMethod, Kernel, get_runtime
 
 LAUNCH_CONTEXT_SETTERS = ("set_arg_float", "set_arg_int", "set_arg_uint", "set_struct_arg_float",
                           "set_struct_arg_int", "set_struct_arg_uint", "set_arg_ndarray",
@@ -51,10 +50,10 @@ def test_kernel_objects_and_their_attributes(ti_cpu):
     assert hasattr(axpy._primal.mapper, "extract_arg")
     assert list(inspect.signature(Kernel.ensure_compiled).parameters) == ["self", "args"]
     method = Owner().scale
-    assert isinstance(method, _BoundedDifferentiableMethod)
+    assert isinstance(method, BoundedDifferentiableMethod)
     for attribute in ("_primal", "_adjoint", "_kernel_owner", "_is_staticmethod", "grad"):
-        assert hasattr(method, attribute), f"_BoundedDifferentiableMethod.{attribute} is gone"
-    runtime = impl.get_runtime()
+        assert hasattr(method, attribute), f"BoundedDifferentiableMethod.{attribute} is gone"
+    runtime = get_runtime()
     assert hasattr(runtime, "target_tape") and hasattr(runtime, "fwd_mode_manager")
 
 
@@ -66,7 +65,7 @@ def test_compile_and_launch_through_the_runtime(ti_cpu):
     kern = axpy._primal
     key = kern.ensure_compiled(x, 2.0, ti.math.vec2(0.0, 0.5), out)
     t_kernel = kern.compiled_kernels[key]
-    prog = impl.get_runtime().prog
+    prog = get_runtime().prog
     compiled = prog.compile_kernel(prog.config(), prog.get_device_caps(), t_kernel)
     ctx = t_kernel.make_launch_context()
     for setter in LAUNCH_CONTEXT_SETTERS:
@@ -84,7 +83,7 @@ def test_compile_and_launch_through_the_runtime(ti_cpu):
 
 def test_ndarray_host_pointer_is_its_memory_on_cpu(ti_cpu):
     """On the CPU a binding passes ndarrays as raw host pointers (engine/dispatch.py: _array_writer)."""
-    prog = impl.get_runtime().prog
+    prog = get_runtime().prog
     out = ti.ndarray(ti.f32, 4)
     out.from_numpy(np.array([1, 2, 3, 4], np.float32))
     pointer = prog.get_ndarray_data_ptr_as_int(out.arr)
@@ -99,9 +98,8 @@ def test_the_runtime_program_exists_only_between_init_and_reset():
     import subprocess
     import sys
 
-    probe = ("import taichi as ti\nfrom taichi.lang import impl\nprint(impl.get_runtime().prog is None)\n"
-             "ti.init(arch=ti.cpu)\nprint(impl.get_runtime().prog is None)\nti.reset()\n"
-             "print(impl.get_runtime().prog is None)")
+    probe = ("import taichi as ti\nfrom engine.taichi_private import program\nprint(program() is None)\n"
+             "ti.init(arch=ti.cpu)\nprint(program() is None)\nti.reset()\nprint(program() is None)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert [word for word in result.stdout.split() if word in ("True", "False")] == ["True", "False", "True"]

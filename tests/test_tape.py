@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import taichi as ti
 
+from engine import taichi_private
 from engine.autodiff.access import declare_access, kernel_access
 from engine.autodiff.gradcheck import gradcheck
 from engine.autodiff.tape import Tape, TapeHazardError
@@ -255,7 +256,7 @@ def test_access_sets_follow_ti_funcs_and_refuse_what_they_cannot_see(ti_cpu):
 def test_reuse_over_100_iterations_does_not_grow(ti_cpu):
     chain = ChainProblem(X.size, np.float64)
     chain.x.from_numpy(X)
-    runtime = ti.lang.impl.get_runtime()
+    runtime = taichi_private.get_runtime()
     tape = Tape()
     counts = []
     for _ in range(100):

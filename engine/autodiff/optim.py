@@ -16,14 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from taichi.lang.field import Field
-from taichi.lang.matrix import MatrixField
-
 from engine.autodiff.optim_kernels import adam_step, sgd_momentum_step, sgd_step
 from engine.autodiff.tape import grad_of
 from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.launch import launch
+from engine.taichi_private import Field, MatrixField
 
 
 def _check_params(params: Sequence[Any]) -> list[Field]:

@@ -52,13 +52,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 import taichi as ti
-from taichi.lang._ndarray import Ndarray
-from taichi.lang.field import Field
 
 from engine.autodiff.access import kernel_access
 from engine.autodiff.custom import adjoint_of
 from engine.autodiff.grad_kernels import fill_value
 from engine.launch import dispatch, kernel_name, pop_recorder, push_recorder
+from engine.taichi_private import Field, Ndarray
 
 Buffer = Field | Ndarray
 

@@ -9,7 +9,8 @@ order in which threads add to ~1e-16 relative. An f32 total of 1926 terms would 
 ~1e-7..1e-6 relative noise that changes with the summation order from run to run.
 """
 import taichi as ti
-from taichi.lang.matrix import MatrixField
+
+from engine.taichi_private import MatrixField
 
 
 @ti.kernel
