@@ -16,9 +16,10 @@ if [[ "$(id -u)" != "0" ]]; then SUDO="sudo"; fi
 # Mesa GL/EGL run the desktop app and its tests without a screen.
 DEBS=(mesa-vulkan-drivers libvulkan1 vulkan-tools xvfb xauth libgl1 libegl1 libgl1-mesa-dri libglx-mesa0 libegl-mesa0)
 DEBS+=(libllvm19)  # Dr.Jit's LLVM backend (`bench invert` peer): Debian 12's default LLVM 15 aborts on its kernels
-PY="$(command -v python3.11 || command -v python3.12 || command -v python3.10 || command -v python3)"
-if ! "$PY" -c 'import sys; assert (3, 10) <= sys.version_info[:2] <= (3, 12)' 2>/dev/null; then
-  echo "error: Python 3.10, 3.11 or 3.12 is required (found $("$PY" --version 2>&1))" >&2; exit 2
+# 3.11 first (CI's full run); 3.13 is the newest with Taichi 1.7.4 wheels (none for 3.14)
+PY="$(command -v python3.11 || command -v python3.12 || command -v python3.13 || command -v python3.10 || command -v python3)"
+if ! "$PY" -c 'import sys; assert (3, 10) <= sys.version_info[:2] <= (3, 13)' 2>/dev/null; then
+  echo "error: Python 3.10 to 3.13 is required (found $("$PY" --version 2>&1))" >&2; exit 2
 fi
 if ! "$PY" -m venv --help >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip' 2>/dev/null; then DEBS+=(python3-venv python3-pip); fi
 missing=()

@@ -3,7 +3,7 @@
 A snippet that stops working (a renamed function, a missing backend start, an import that moved)
 fails here with its own output. They run from an empty folder, as a user's script would, so they
 find the package through its installation, not through the working directory; `scripts/wheel_check.sh`
-runs this file again against the built wheel installed in a fresh Python 3.12 venv.
+runs this file again against the built wheel installed in a fresh venv on Python 3.12 and on 3.13.
 """
 from __future__ import annotations
 

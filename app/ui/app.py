@@ -245,7 +245,7 @@ def require_imgui() -> None:
         import imgui_bundle  # noqa: F401
     except ImportError:
         raise UserError(f"the desktop app needs imgui-bundle, which is not installed for Python "
-                        f"{sys.version_info[0]}.{sys.version_info[1]} (it has wheels for 3.11 and 3.12; "
+                        f"{sys.version_info[0]}.{sys.version_info[1]} (it has wheels for 3.11 to 3.13; "
                         "`pip install imgui-bundle` builds it from source); --headless, render and fit "
                         "work without it") from None
 
