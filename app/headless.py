@@ -123,7 +123,7 @@ def run_headless(arch: str | None, parity_arch: str | None, out: str, only: str 
         if any(name in RENDER_CLAIMS for name in names):
             # before any other claim's fields: Taichi keys its offline cache by SNode ids, so the renderer's
             # kernels (minutes to compile) load from the cache only when its fields are the process's first
-            from app.scenes.invert import renderer
+            from app.scenes.inverse_render import renderer
             renderer()
         workers: dict[str, BackendWorker] = {}
         claims: list[dict] = []

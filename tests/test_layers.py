@@ -15,6 +15,10 @@ so the list only shrinks.
 A new module (another branch's `app/batch/`, `engine/kernels/kinematics.py`) is checked
 like every other: one outside every layer, or one importing what its layer may not, fails
 with a line saying which row of the table to change.
+
+And no module of app/ or engine/ imports itself in a circle (a imports b imports ... a), by
+any import statement, lazy ones inside functions included: a lazy import only hides a
+circle. A failure names the circle's modules.
 """
 from __future__ import annotations
 
@@ -75,8 +79,10 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path, name: str, modules: set[str], module_level_only: bool = False) -> set[str]:
-    """The project modules and third-party packages `path` (module `name`) imports, or names by string."""
+def imports(path: Path, name: str, modules: set[str], module_level_only: bool = False,
+            strings: bool = True) -> set[str]:
+    """The project modules and third-party packages `path` (module `name`) imports, or (with `strings`,
+    unless `module_level_only`) names by string."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     nodes = tree.body if module_level_only else ast.walk(tree)
@@ -90,7 +96,7 @@ def imports(path: Path, name: str, modules: set[str], module_level_only: bool = 
                 base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], base]).strip(".")
             for alias in node.names:  # `from engine import backend` imports the module engine.backend
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
-        elif (not module_level_only and isinstance(node, ast.Constant) and isinstance(node.value, str)
+        elif (strings and not module_level_only and isinstance(node, ast.Constant) and isinstance(node.value, str)
               and MODULE_PATH.fullmatch(node.value) and node.value.split(":")[0] in modules):
             found.add(node.value.split(":")[0])
     return found
@@ -171,6 +177,81 @@ def taichi_reached(root: Path = ROOT) -> list[str]:
     return problems
 
 
+CYCLE_FREE = ("app", "engine")  # the packages whose modules must not import each other in a circle
+
+
+def import_graph(root: Path = ROOT, packages: tuple[str, ...] = CYCLE_FREE) -> dict[str, set[str]]:
+    """module -> the modules of `packages` it imports: every import statement, at module level or inside a
+    function (a lazy import hides a circle, it does not remove it); a module named by string is not an import."""
+    files = {module_name(root, path): path for path in python_files(root)}
+    ours = {name: path for name, path in files.items() if name.split(".")[0] in packages}
+    return {name: {imported for imported in imports(path, name, set(files), strings=False)
+                   if imported in ours and imported != name}
+            for name, path in ours.items()}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[tuple[list[str], list[str]]]:
+    """Each strongly connected part of `graph` (modules that all reach each other through imports) of more
+    than one module: the shortest circle of imports through its first module (a, b, ..., a), and all its modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    parts: list[set[str]] = []
+
+    def visit(module: str) -> None:  # Tarjan's algorithm
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            part = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                part.add(member)
+                if member == module:
+                    break
+            if len(part) > 1:
+                parts.append(part)
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    cycles = []
+    for part in parts:  # the shortest way from the part's first module back to itself, within the part
+        start = min(part)
+        came_from: dict[str, str | None] = {start: None}
+        todo, last = [start], start
+        while todo:
+            last = todo.pop(0)
+            if start in graph[last]:
+                break
+            for imported in sorted(graph[last] & part):
+                if imported not in came_from:
+                    came_from[imported] = last
+                    todo.append(imported)
+        path, module = [], last
+        while module is not None:
+            path.append(module)
+            module = came_from[module]
+        cycles.append(([*path[::-1], start], sorted(part)))
+    return sorted(cycles)
+
+
+def cycle_problems(root: Path = ROOT) -> list[str]:
+    """Every circle of imports among the modules of app/ and engine/, as one line each naming its modules."""
+    return [f"import circle: {' -> '.join(cycle)}"
+            + (f" (one of the circles among {', '.join(part)})" if len(part) + 1 > len(cycle) else "")
+            + f": move what one takes from the next into a module that both may import (see 'No import circles' "
+              f"in {DOC})" for cycle, part in import_cycles(import_graph(root))]
+
+
 KERNEL_MODULES = ("engine.kernels", "engine.autodiff.grad_kernels", "engine.autodiff.optim_kernels")
 CALLS_KERNELS_ON_PURPOSE = {"engine.dispatch_echo"}  # compares a plain call with native ones
 
@@ -219,6 +300,24 @@ def test_every_import_keeps_to_the_layer_table():
 
 def test_taichi_free_modules_reach_no_taichi_at_import():
     assert taichi_reached() == []
+
+
+def test_no_module_of_app_or_engine_imports_itself_in_a_circle():
+    assert cycle_problems() == []
+
+
+def test_the_cycle_check_finds_a_circle_through_a_lazy_import(tmp_path):
+    """A circle closed by an import inside a function is found and named; a module named by string is no import."""
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    files = {"engine/__init__.py": "", "engine/a.py": "from engine import b, d\n",
+             "engine/b.py": "def later():\n    from engine.c import value\n", "engine/c.py": "import engine.a\n",
+             "engine/d.py": 'TABLE = {"x": "engine.a:run"}\n', "app/__init__.py": "", "app/e.py": "import engine.d\n"}
+    for relative, source in files.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(source)
+    assert import_cycles(import_graph(tmp_path)) == [(["engine.a", "engine.b", "engine.c", "engine.a"],
+                                                      ["engine.a", "engine.b", "engine.c"])]
+    assert cycle_problems(tmp_path)[0].startswith("import circle: engine.a -> engine.b -> engine.c -> engine.a: ")
 
 
 def test_the_check_finds_a_broken_rule(tmp_path):

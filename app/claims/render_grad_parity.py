@@ -25,7 +25,7 @@ T, WIDTH, HEIGHT = 0.1, 128, 64
 
 def run(ctx) -> None:
     from app.claims.render_gradcheck import OFFSET
-    from app.scenes.invert import render_target
+    from app.scenes.inverse_render import render_target
     from app.scenes.robot_arm import theta_at
 
     truth = theta_at(T)

@@ -51,7 +51,7 @@ def gradcheck_masks(r, target: np.ndarray, theta: np.ndarray, masks: dict[str, n
 
 
 def run(ctx) -> None:
-    from app.scenes.invert import render_target, renderer
+    from app.scenes.inverse_render import render_target, renderer
     from app.scenes.robot_arm import theta_at
     from engine.diff_render import ao_mask, edge_mask, shadow_mask, smooth_mask
 

@@ -110,7 +110,7 @@ def _validate(args: argparse.Namespace) -> tuple:
     backend.check_requested(args.arch)
     check_size(args.width, args.height)
     if args.edges == "soft":
-        from app.scenes.invert import MAX_HEIGHT, MAX_WIDTH
+        from app.scenes.inverse_render import MAX_HEIGHT, MAX_WIDTH
 
         if args.width > MAX_WIDTH or args.height > MAX_HEIGHT:
             raise UserError(f"--edges soft renders at up to {MAX_WIDTH}x{MAX_HEIGHT} (the differentiable renderer's "
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _soft_drawer(args: argparse.Namespace, camera):
     """t -> the differentiable render's image of the timeline at t (linear RGB, `invert`'s `render_target`)."""
-    from app.scenes.invert import render_target
+    from app.scenes.inverse_render import render_target
     from app.scenes.robot_arm import theta_at
 
     return lambda t: render_target(theta_at(t), args.width, args.height, camera, "diff")
