@@ -47,42 +47,42 @@ if not dr.has_backend(dr.JitBackend.LLVM) or tuple(dr.detail.llvm_version()) < (
     raise ImportError(f"Dr.Jit's LLVM backend needs libLLVM >= {_LLVM_MIN} (Debian: apt-get install libllvm19; "
                       f"or set DRJIT_LIBLLVM_PATH); found {dr.detail.llvm_version()}")
 
-from engine.kernels import kinematics as kin  # noqa: E402
-from engine.kernels import raymarch as rk  # noqa: E402
-from engine.kernels import raymarch_grad as rg  # noqa: E402
+from engine.kernels import kinematics  # noqa: E402
+from engine.kernels import raymarch  # noqa: E402
+from engine.kernels import raymarch_grad  # noqa: E402
 from engine.kernels.softmin import INACTIVE_RATIO  # noqa: E402
 
-M_BOUND = float(rk.M_BOUND)
+M_BOUND = float(raymarch.M_BOUND)
 
 
 class Scene:
     """The per-evaluation scene (`raymarch.Scene`) as Dr.Jit values (size 1: broadcast over lanes)."""
 
     def __init__(self, v: list):
-        yaw = v[kin.T_YAW]
-        self.base = (Float(kin.BASE_XZ[0]), Float(kin.BASE_XZ[1]), dr.cos(yaw), dr.sin(yaw))
-        a1 = v[kin.T_SHOULDER]
-        a2 = a1 + v[kin.T_ELBOW]
-        a3 = a2 + v[kin.T_WRIST]
-        self.shoulder = Array2f(kin.SHOULDER[0], kin.SHOULDER[1])
-        self.elbow = self.shoulder + kin.UPPER * Array2f(dr.cos(a1), dr.sin(a1))
-        self.wrist = self.elbow + kin.FORE * Array2f(dr.cos(a2), dr.sin(a2))
+        yaw = v[kinematics.T_YAW]
+        self.base = (Float(kinematics.BASE_XZ[0]), Float(kinematics.BASE_XZ[1]), dr.cos(yaw), dr.sin(yaw))
+        a1 = v[kinematics.T_SHOULDER]
+        a2 = a1 + v[kinematics.T_ELBOW]
+        a3 = a2 + v[kinematics.T_WRIST]
+        self.shoulder = Array2f(kinematics.SHOULDER[0], kinematics.SHOULDER[1])
+        self.elbow = self.shoulder + kinematics.UPPER * Array2f(dr.cos(a1), dr.sin(a1))
+        self.wrist = self.elbow + kinematics.FORE * Array2f(dr.cos(a2), dr.sin(a2))
         self.tool = Array2f(dr.cos(a3), dr.sin(a3))
-        self.grip = v[kin.T_GRIP]
-        self.tile_pos = Array3f(v[kin.T_TILE_POS], v[kin.T_TILE_POS + 1], v[kin.T_TILE_POS + 2])
-        c, sn = dr.cos(v[kin.T_TILE_YAW]), dr.sin(v[kin.T_TILE_YAW])
-        cb, sb = dr.cos(v[kin.T_TILE_TILT]), dr.sin(v[kin.T_TILE_TILT])
+        self.grip = v[kinematics.T_GRIP]
+        self.tile_pos = Array3f(v[kinematics.T_TILE_POS], v[kinematics.T_TILE_POS + 1], v[kinematics.T_TILE_POS + 2])
+        c, sn = dr.cos(v[kinematics.T_TILE_YAW]), dr.sin(v[kinematics.T_TILE_YAW])
+        cb, sb = dr.cos(v[kinematics.T_TILE_TILT]), dr.sin(v[kinematics.T_TILE_TILT])
         self.tile_rot = ((c, Float(0.0), -sn), (sn * sb, cb, c * sb), (sn * cb, -sb, c * cb))
-        self.paint = Array3f(*(v[kin.T_PAINT + j] for j in range(3)))
-        self.tile = Array3f(*(v[kin.T_TILE + j] for j in range(3)))
-        self.letter = Array3f(*(v[kin.T_LETTER + j] for j in range(3)))
-        ce, se = dr.cos(v[kin.T_SUN_ELEVATION]), dr.sin(v[kin.T_SUN_ELEVATION])
-        self.sun = Array3f(ce * dr.sin(v[kin.T_SUN_AZIMUTH]), se, ce * dr.cos(v[kin.T_SUN_AZIMUTH]))
+        self.paint = Array3f(*(v[kinematics.T_PAINT + j] for j in range(3)))
+        self.tile = Array3f(*(v[kinematics.T_TILE + j] for j in range(3)))
+        self.letter = Array3f(*(v[kinematics.T_LETTER + j] for j in range(3)))
+        ce, se = dr.cos(v[kinematics.T_SUN_ELEVATION]), dr.sin(v[kinematics.T_SUN_ELEVATION])
+        self.sun = Array3f(ce * dr.sin(v[kinematics.T_SUN_AZIMUTH]), se, ce * dr.cos(v[kinematics.T_SUN_AZIMUTH]))
 
 
 def scene_of(theta: Float) -> Scene:
     """Forward kinematics from theta (Float of N_THETA, AD-tracked or not)."""
-    return Scene([dr.gather(Float, theta, j) for j in range(kin.N_THETA)])
+    return Scene([dr.gather(Float, theta, j) for j in range(kinematics.N_THETA)])
 
 
 # ---------------------------------------------------------------- primitives
@@ -114,7 +114,7 @@ def extrude(d2, z, half):
 
 
 def sd_arc(p: Array2f, ra: float) -> Float:
-    sc = rk._S_SC
+    sc = raymarch._S_SC
     q = Array2f(dr.abs(p.x), p.y)
     d = dr.abs(length(q) - ra)
     return dr.select(sc[1] * q.x > sc[0] * q.y, length(q - Array2f(sc[0] * ra, sc[1] * ra)), d)
@@ -125,9 +125,9 @@ def rot2(p: Array2f, cs) -> Array2f:
 
 
 def _glyph_s(p):
-    top = rot2(p - Array2f(0.0, rk._S_R), rk._S_TOP_ROT)
-    bot = rot2(p + Array2f(0.0, rk._S_R), rk._S_BOT_ROT)
-    return dr.minimum(sd_arc(top, rk._S_R), sd_arc(bot, rk._S_R))
+    top = rot2(p - Array2f(0.0, raymarch._S_R), raymarch._S_TOP_ROT)
+    bot = rot2(p + Array2f(0.0, raymarch._S_R), raymarch._S_BOT_ROT)
+    return dr.minimum(sd_arc(top, raymarch._S_R), sd_arc(bot, raymarch._S_R))
 
 
 def _glyph_h(p):
@@ -166,58 +166,59 @@ def closer(a, b):
 
 
 def sd_tile(u: Array3f, g):
-    th, tr = rk.TILE_HALF, rk.TILE_ROUND
+    th, tr = raymarch.TILE_HALF, raymarch.TILE_ROUND
     slab = sd_box(u, (th[0] - tr, th[1] - tr, th[2] - tr)) - tr
-    letter = extrude(glyph(g, Array2f(u.x, u.y)) - (rk.STROKE - 0.008), u.z - rk.LETTER_HALF_DEPTH,
-                     rk.LETTER_HALF_DEPTH) - 0.008
-    return closer((slab, Float(rk.M_TILE)), (letter, Float(rk.M_LETTER)))
+    letter = extrude(glyph(g, Array2f(u.x, u.y)) - (raymarch.STROKE - 0.008), u.z - raymarch.LETTER_HALF_DEPTH,
+                     raymarch.LETTER_HALF_DEPTH) - 0.008
+    return closer((slab, Float(raymarch.M_TILE)), (letter, Float(raymarch.M_LETTER)))
 
 
 # ---------------------------------------------------------------- scene parts
 @dr.syntax
 def sd_table(p: Array3f):
-    d = dr.maximum(p.y - rk.TABLE_TOP, dr.maximum(dr.abs(p.x) - 1.95, dr.abs(p.z) - 0.6))
+    d = dr.maximum(p.y - raymarch.TABLE_TOP, dr.maximum(dr.abs(p.x) - 1.95, dr.abs(p.z) - 0.6))
     m = Float(M_BOUND)
-    near = (p.y < rk.NEAR_TABLE[1]) & (dr.abs(p.x) < rk.NEAR_TABLE[0]) & (dr.abs(p.z) < rk.NEAR_TABLE[2])
+    near = ((p.y < raymarch.NEAR_TABLE[1]) & (dr.abs(p.x) < raymarch.NEAR_TABLE[0])
+            & (dr.abs(p.z) < raymarch.NEAR_TABLE[2]))
     if near:
-        top = sd_box(p - Array3f(0.0, rk.TABLE_TOP - 0.025, 0.0), (1.94, 0.015, 0.59)) - 0.01
+        top = sd_box(p - Array3f(0.0, raymarch.TABLE_TOP - 0.025, 0.0), (1.94, 0.015, 0.59)) - 0.01
         leg = sd_box(Array3f(dr.abs(p.x) - 1.8, p.y - 0.375, dr.abs(p.z) - 0.48), (0.035, 0.375, 0.035)) - 0.008
         d = dr.minimum(top, leg)
-        m = Float(rk.M_TABLE)
+        m = Float(raymarch.M_TABLE)
     return d, m
 
 
 def slot_glyph(i: Int) -> Int:
     g = Int(0)
-    for s in range(rk.N_SLOTS):
-        g = dr.select(i == s, rk.SLOT_GLYPHS[s], g)
+    for s in range(raymarch.N_SLOTS):
+        g = dr.select(i == s, raymarch.SLOT_GLYPHS[s], g)
     return g
 
 
 @dr.syntax
 def sd_tiles(p: Array3f, s: Scene):
-    row_bound = sd_box(p - Array3f(0.0, rk.TILE_Y, rk.ROW_Z), (1.72, 0.25, 0.06))
+    row_bound = sd_box(p - Array3f(0.0, raymarch.TILE_Y, raymarch.ROW_Z), (1.72, 0.25, 0.06))
     rel = p - s.tile_pos
     moving_dist = length(rel)
     moving_bound = moving_dist - 0.32
-    near_row = row_bound < rk.BOUND_MARGIN
-    near_moving = moving_dist < rk.NEAR_MOVING
+    near_row = row_bound < raymarch.BOUND_MARGIN
+    near_moving = moving_dist < raymarch.NEAR_MOVING
     d = dr.minimum(row_bound, moving_bound)
     m = Float(M_BOUND)
     if near_row | near_moving:
         d = dr.select(near_row, 1e9, row_bound)
         d = dr.select(~near_moving & (moving_bound < d), moving_bound, d)
-        i0 = Int(dr.floor((p.x - rk.SLOT_X0) / rk.SLOT_SPACING))
+        i0 = Int(dr.floor((p.x - raymarch.SLOT_X0) / raymarch.SLOT_SPACING))
         for k in range(2):
             i = i0 + k
-            usable = near_row & (i >= 0) & (i < rk.N_SLOTS) & (i != rk.MOVING_SLOT)
+            usable = near_row & (i >= 0) & (i < raymarch.N_SLOTS) & (i != raymarch.MOVING_SLOT)
             if usable:
-                u = p - Array3f(rk.SLOT_X0 + rk.SLOT_SPACING * Float(i), rk.TILE_Y, rk.ROW_Z)
+                u = p - Array3f(raymarch.SLOT_X0 + raymarch.SLOT_SPACING * Float(i), raymarch.TILE_Y, raymarch.ROW_Z)
                 d, m = closer((d, m), sd_tile(u, slot_glyph(i)))
         if near_moving:
             r = s.tile_rot
             u = Array3f(*(r[j][0] * rel.x + r[j][1] * rel.y + r[j][2] * rel.z for j in range(3)))
-            d, m = closer((d, m), sd_tile(u, rk.SLOT_GLYPHS[rk.MOVING_SLOT]))
+            d, m = closer((d, m), sd_tile(u, raymarch.SLOT_GLYPHS[raymarch.MOVING_SLOT]))
     return d, m
 
 
@@ -230,33 +231,33 @@ def sd_arm(p: Array3f, s: Scene):
     lat = dx * s.base[2] - dz * s.base[3]
     d = extrude(radial - 0.42, p.y - 0.52, 0.52)
     m = Float(M_BOUND)
-    if (radial < rk.NEAR_BASE[0]) & (p.y < rk.NEAR_BASE[1]):
+    if (radial < raymarch.NEAR_BASE[0]) & (p.y < raymarch.NEAR_BASE[1]):
         pedestal = extrude(radial - 0.25, p.y - 0.3, 0.3) - 0.02
         plate = extrude(radial - 0.4, p.y - 0.02, 0.02)
         d = dr.minimum(pedestal, plate)
-        m = Float(rk.M_PEDESTAL)
+        m = Float(raymarch.M_PEDESTAL)
         turret = extrude(radial - 0.2, p.y - 0.72, 0.1) - 0.02
         bracket = sd_box(Array3f(fwd, p.y - 0.9, lat), (0.12, 0.08, 0.15)) - 0.03
-        d, m = closer((d, m), (dr.minimum(turret, bracket), Float(rk.M_PAINT)))
+        d, m = closer((d, m), (dr.minimum(turret, bracket), Float(raymarch.M_PAINT)))
     q = Array2f(fwd, p.y)
-    tcp = s.wrist + s.tool * rk.TCP_OFFSET
+    tcp = s.wrist + s.tool * raymarch.TCP_OFFSET
     to_links = dr.minimum(sd_segment2(q, s.shoulder, s.elbow),
                           dr.minimum(sd_segment2(q, s.elbow, s.wrist), sd_segment2(q, s.wrist, tcp)))
     bound = dr.maximum(to_links - 0.2, dr.abs(lat) - 0.32)
-    if (to_links < rk.NEAR_LINKS[0]) & (dr.abs(lat) < rk.NEAR_LINKS[1]):
+    if (to_links < raymarch.NEAR_LINKS[0]) & (dr.abs(lat) < raymarch.NEAR_LINKS[1]):
         upper = extrude(sd_segment2(q, s.shoulder, s.elbow) - 0.055, lat, 0.06) - 0.03
         fore = extrude(sd_segment2(q, s.elbow, s.wrist) - 0.04, lat, 0.045) - 0.025
-        d, m = closer((d, m), (dr.minimum(upper, fore), Float(rk.M_PAINT)))
+        d, m = closer((d, m), (dr.minimum(upper, fore), Float(raymarch.M_PAINT)))
         joints = dr.minimum(extrude(length(q - s.shoulder) - 0.115, lat, 0.185) - 0.012,
                             dr.minimum(extrude(length(q - s.elbow) - 0.09, lat, 0.105) - 0.01,
                                        extrude(length(q - s.wrist) - 0.06, lat, 0.075) - 0.01))
-        d, m = closer((d, m), (joints, Float(rk.M_JOINT)))
+        d, m = closer((d, m), (joints, Float(raymarch.M_JOINT)))
         v = q - s.wrist
         along = v.x * s.tool.x + v.y * s.tool.y
         across = v.y * s.tool.x - v.x * s.tool.y
         palm = sd_box(Array3f(along - 0.1, across, lat), (0.035, 0.05, 0.27)) - 0.012
         finger = sd_box(Array3f(along - 0.215, across, dr.abs(lat) - s.grip), (0.072, 0.042, 0.009)) - 0.004
-        d, m = closer((d, m), (dr.minimum(palm, finger), Float(rk.M_STEEL)))
+        d, m = closer((d, m), (dr.minimum(palm, finger), Float(raymarch.M_STEEL)))
     else:
         d, m = closer((d, m), (bound, Float(M_BOUND)))
     return d, m
@@ -264,7 +265,7 @@ def sd_arm(p: Array3f, s: Scene):
 
 def scene_sdf(p: Array3f, s: Scene):
     """(distance, material as a float) of the whole scene at p."""
-    res = (p.y, Float(rk.M_FLOOR))
+    res = (p.y, Float(raymarch.M_FLOOR))
     res = closer(res, sd_table(p))
     res = closer(res, sd_tiles(p, s))
     return closer(res, sd_arm(p, s))
@@ -287,7 +288,7 @@ def lerp(a, b, w):
 def sky(rd: Array3f) -> Array3f:
     k = dr.clip(rd.y * 1.6, 0.0, 1.0)
     k = k * (2.0 - k)
-    return lerp(Array3f(*rk.SKY_HORIZON), Array3f(*rk.SKY_ZENITH), k)
+    return lerp(Array3f(*raymarch.SKY_HORIZON), Array3f(*raymarch.SKY_ZENITH), k)
 
 
 def grid_line(x, width):
@@ -301,14 +302,14 @@ def material(m: Int, p: Array3f, t, s: Scene):
     w = 0.004 + 0.0012 * t
     line = dr.maximum(grid_line(p.x, w), grid_line(p.z, w)) * 0.8
     table = (
-        (rk.M_FLOOR, lerp(Array3f(*rk.FLOOR_BASE), Array3f(*rk.FLOOR_LINE), line), 0.02, 4),
-        (rk.M_TABLE, Array3f(0.2, 0.11, 0.055), 0.06, 5),
-        (rk.M_TILE, s.tile, 0.05, 4),
-        (rk.M_LETTER, s.letter, 0.18, 6),
-        (rk.M_PAINT, s.paint, 0.25, 6),
-        (rk.M_JOINT, Array3f(0.07, 0.07, 0.08), 0.35, 6),
-        (rk.M_STEEL, Array3f(0.55, 0.57, 0.6), 0.6, 7),
-        (rk.M_PEDESTAL, Array3f(0.13, 0.13, 0.14), 0.15, 5),
+        (raymarch.M_FLOOR, lerp(Array3f(*raymarch.FLOOR_BASE), Array3f(*raymarch.FLOOR_LINE), line), 0.02, 4),
+        (raymarch.M_TABLE, Array3f(0.2, 0.11, 0.055), 0.06, 5),
+        (raymarch.M_TILE, s.tile, 0.05, 4),
+        (raymarch.M_LETTER, s.letter, 0.18, 6),
+        (raymarch.M_PAINT, s.paint, 0.25, 6),
+        (raymarch.M_JOINT, Array3f(0.07, 0.07, 0.08), 0.35, 6),
+        (raymarch.M_STEEL, Array3f(0.55, 0.57, 0.6), 0.6, 7),
+        (raymarch.M_PEDESTAL, Array3f(0.13, 0.13, 0.14), 0.15, 5),
     )
     albedo, spec, squarings = Array3f(0.5), Float(0.04), Int(4)
     for mat, a, sp, sq in table:
@@ -327,7 +328,7 @@ def light(p, rd, t, n, m, shadow, ao, s: Scene) -> Array3f:
     half = half / length(half)
     ndh = dr.maximum(dr.dot(n, half), 0.0)
     highlight = ndh
-    for i in range(rk.MAX_SQUARINGS):
+    for i in range(raymarch.MAX_SQUARINGS):
         highlight = dr.select(i < squarings, highlight * highlight, highlight)
     ndv = dr.clip(-dr.dot(n, rd), 0.0, 1.0)
     f1 = 1.0 - ndv
@@ -335,9 +336,9 @@ def light(p, rd, t, n, m, shadow, ao, s: Scene) -> Array3f:
     fresnel = lerp(spec, 1.0, f2 * f2 * f1)
     sky_amount = 0.5 + 0.5 * n.y
     bounce = dr.clip(0.5 - 0.5 * n.y, 0.0, 1.0)
-    diffuse = Array3f(*rk.KEY_COL) * (ndl * shadow) + Array3f(*rk.SKY_ZENITH) * (1.3 * sky_amount * ao) \
+    diffuse = Array3f(*raymarch.KEY_COL) * (ndl * shadow) + Array3f(*raymarch.SKY_ZENITH) * (1.3 * sky_amount * ao) \
         + Array3f(0.35, 0.3, 0.25) * (0.35 * bounce * ao)
-    return albedo * diffuse + Array3f(*rk.KEY_COL) * (fresnel * highlight * ndl * shadow) \
+    return albedo * diffuse + Array3f(*raymarch.KEY_COL) * (fresnel * highlight * ndl * shadow) \
         + sky(Array3f(rd.x, dr.abs(rd.y), rd.z)) * (0.25 * fresnel * ao)
 
 
@@ -352,7 +353,7 @@ def fog(colour, rd, t):
 
 
 def penumbra(ratio):
-    res = dr.clip(rg.PENUMBRA * ratio, 0.0, 1.0)
+    res = dr.clip(raymarch_grad.PENUMBRA * ratio, 0.0, 1.0)
     return res * res * (3.0 - 2.0 * res)
 
 
@@ -379,15 +380,15 @@ def march(ro, rd, pixel, s: Scene):
              Array3f(big, zero, zero), Array3f(big, zero, zero))
 
     def cond(i, t, hit, refined, going, r1, r2, t1, t2, e0, e1):
-        return going & (i < rk.MAX_STEPS)
+        return going & (i < raymarch.MAX_STEPS)
 
     def body(i, t, hit, refined, going, r1, r2, t1, t2, e0, e1):
         d, _ = scene_sdf(ro + rd * t, s)
-        newly = ~hit & (d < rk.HIT_EPS * t)
+        newly = ~hit & (d < raymarch.HIT_EPS * t)
         missing = ~hit & ~newly
         refined = dr.select(hit, refined + 1, dr.select(newly, 1, refined))
         ratio = d / (pixel * t + 1e-6)
-        local = missing & (r1 < r2) & (r1 <= ratio) & (r1 < rk.EDGE_MAX_PX)
+        local = missing & (r1 < r2) & (r1 <= ratio) & (r1 < raymarch.EDGE_MAX_PX)
         found = Array3f(r1, t2, t)
         first = local & (r1 < e0.x)
         second = local & ~first & (r1 < e1.x)
@@ -397,8 +398,8 @@ def march(ro, rd, pixel, s: Scene):
         r1, t1 = dr.select(missing, ratio, r1), dr.select(missing, t, t1)
         hit = hit | newly
         t = t + d
-        beyond = (t > rk.T_MAX) | ((rd.y > 0.0) & (ro.y + rd.y * t > rk.SCENE_TOP))
-        going = (refined != rk.REFINE_STEPS) & ~(~hit & beyond)
+        beyond = (t > raymarch.T_MAX) | ((rd.y > 0.0) & (ro.y + rd.y * t > raymarch.SCENE_TOP))
+        going = (refined != raymarch.REFINE_STEPS) & ~(~hit & beyond)
         return i + 1, t, hit, refined, going, r1, r2, t1, t2, e0, e1
 
     i, t, hit, refined, going, r1, r2, t1, t2, e0, e1 = dr.while_loop(state, cond, body)
@@ -407,12 +408,12 @@ def march(ro, rd, pixel, s: Scene):
 
 def closeness(ro, rd, t, a, b, s: Scene):
     d, m = scene_sdf(ro + rd * t, s)
-    return dr.select(m == M_BOUND, rg.FAR_RATIO, d / (a * t + b))
+    return dr.select(m == M_BOUND, raymarch_grad.FAR_RATIO, d / (a * t + b))
 
 
 def golden_closest(ro, rd, a, b, lo, hi, s: Scene):
     """`raymarch_grad.golden_closest`: t in [lo, hi] minimising closeness (16 golden-section steps)."""
-    g = rg.GOLDEN
+    g = raymarch_grad.GOLDEN
     x1 = hi - g * (hi - lo)
     x2 = lo + g * (hi - lo)
     f1 = closeness(ro, rd, x1, a, b, s)
@@ -435,18 +436,18 @@ def golden_closest(ro, rd, a, b, lo, hi, s: Scene):
         return k + 1, lo, hi, x1, x2, f1, f2
 
     _, lo, hi, x1, x2, f1, f2 = dr.while_loop((Int(0), lo, hi, x1, x2, f1, f2),
-                                              lambda k, *rest: k < rg.GOLDEN_STEPS, body)
+                                              lambda k, *rest: k < raymarch_grad.GOLDEN_STEPS, body)
     return dr.select(f1 < f2, x1, x2)
 
 
 def shadow_closest(ro, rd, on, s: Scene):
     """`raymarch_grad.shadow_closest`: the shadow ray's closest approach t (0: unoccluded); lanes with ~on skip."""
     zero = dr.zeros(Float, dr.width(ro))
-    t0 = zero + rg.SHADOW_START
-    state = (Int(0), Bool(on), t0, zero + rg.FAR_RATIO, zero, zero, t0, Bool(False))
+    t0 = zero + raymarch_grad.SHADOW_START
+    state = (Int(0), Bool(on), t0, zero + raymarch_grad.FAR_RATIO, zero, zero, t0, Bool(False))
 
     def cond(i, going, t, best, lo, hi, prev_t, pending):
-        return going & (i < rk.SHADOW_STEPS)
+        return going & (i < raymarch.SHADOW_STEPS)
 
     def body(i, going, t, best, lo, hi, prev_t, pending):
         d, m = scene_sdf(ro + rd * t, s)
@@ -457,12 +458,12 @@ def shadow_closest(ro, rd, on, s: Scene):
         pending = better
         prev_t = t
         t = t + dr.clip(d, 0.01, 0.5)
-        going = ~((rg.PENUMBRA * best < 0.001) | (t > 8.0) | (ro.y + rd.y * t > rk.SCENE_TOP))
+        going = ~((raymarch_grad.PENUMBRA * best < 0.001) | (t > 8.0) | (ro.y + rd.y * t > raymarch.SCENE_TOP))
         return i + 1, going, t, best, lo, hi, prev_t, pending
 
     _, _, t, best, lo, hi, _, pending = dr.while_loop(state, cond, body)
     hi = dr.select(pending, t, hi)
-    refine = on & (rg.PENUMBRA * best < rg.REFINE_MARGIN)
+    refine = on & (raymarch_grad.PENUMBRA * best < raymarch_grad.REFINE_MARGIN)
     out = dr.zeros(Float, dr.width(refine))
     ids = dr.compress(refine)  # refine the near misses only (the Taichi kernel branches per ray)
     if dr.width(ids):
@@ -475,7 +476,7 @@ def shadow_closest(ro, rd, on, s: Scene):
 def normal_at(p, s: Scene):
     n = Array3f(0.0)
     for k in range(4):
-        n += tap_sign(k) * scene_sdf(p + tap_sign(k) * rk.NORMAL_EPS, s)[0]
+        n += tap_sign(k) * scene_sdf(p + tap_sign(k) * raymarch.NORMAL_EPS, s)[0]
     return n / dr.norm(n)
 
 
@@ -508,7 +509,7 @@ def _stack(points: list) -> Array3f:
     return out
 
 
-def _unstack(stacked, count: int = rg.N_SAMPLES) -> list:
+def _unstack(stacked, count: int = raymarch_grad.N_SAMPLES) -> list:
     n = dr.width(stacked) // count
     return [dr.gather(type(stacked), stacked, dr.arange(UInt32, n) + k * n) for k in range(count)]
 
@@ -541,14 +542,14 @@ class DrJitRenderer:
         ro, rd, pixel = camera_ray(self.cam, dr.arange(UInt32, n_px), self.width, self.height)
         hit, t_hit, e0, e1 = march(ro, rd, pixel, s)
         # edge layers: slots n_px .. 3 n_px - 1; refine only those within reach
-        cand = dr.arange(UInt32, (rg.N_LAYERS - 1) * n_px)
+        cand = dr.arange(UInt32, (raymarch_grad.N_LAYERS - 1) * n_px)
         cpx = cand % n_px
         edge = dr.select(cand < n_px, dr.gather(Array3f, e0, cpx), dr.gather(Array3f, e1, cpx))
-        on_edge = edge.x < self.edge_px * rg.REFINE_MARGIN
-        active = dr.zeros(Bool, rg.N_LAYERS * n_px)
+        on_edge = edge.x < self.edge_px * raymarch_grad.REFINE_MARGIN
+        active = dr.zeros(Bool, raymarch_grad.N_LAYERS * n_px)
         dr.scatter(active, hit, dr.arange(UInt32, n_px))
         dr.scatter(active, on_edge, cand + n_px)
-        t_all = dr.gather(Float, t_hit, dr.arange(UInt32, rg.N_LAYERS * n_px) % n_px)
+        t_all = dr.gather(Float, t_hit, dr.arange(UInt32, raymarch_grad.N_LAYERS * n_px) % n_px)
         e_ids = dr.compress(on_edge)
         if dr.width(e_ids):
             e_px = e_ids % n_px
@@ -556,7 +557,7 @@ class DrJitRenderer:
             e = dr.gather(Array3f, edge, e_ids)
             dr.scatter(t_all, golden_closest(ero, erd, epixel, Float(1e-6), e.y, e.z, s), e_ids + n_px)
         ids = dr.compress(active)
-        pos = dr.zeros(UInt32, rg.N_LAYERS * n_px)
+        pos = dr.zeros(UInt32, raymarch_grad.N_LAYERS * n_px)
         dr.scatter(pos, dr.arange(UInt32, dr.width(ids)), ids)
         layer = ids // n_px
         ro, rd, pixel = camera_ray(self.cam, ids - layer * n_px, self.width, self.height)
@@ -566,11 +567,11 @@ class DrJitRenderer:
         mat = Int(scene_sdf(p, s)[1])
         ao = ambient_occlusion(p, n, s)
         lit = dr.dot(n, s.sun) > 0.0
-        origin = p + n * rg.SHADOW_OFFSET
+        origin = p + n * raymarch_grad.SHADOW_OFFSET
         sh = shadow_closest(origin, s.sun, lit, s)
         q = dr.select(lit, origin + s.sun * sh, p)
         sh = dr.select(lit & (sh > 0.0) & (scene_sdf(q, s)[1] == M_BOUND), -1.0, sh)
-        points = [p] + [p + tap_sign(k) * rk.NORMAL_EPS for k in range(4)] + [q]
+        points = [p] + [p + tap_sign(k) * raymarch.NORMAL_EPS for k in range(4)] + [q]
         dr.eval(t, mat, ao, sh, points)
         # the spatial gradient at all six samples of every slot: one SDF evaluation, reverse mode in the points
         stacked = _stack(points)
@@ -590,27 +591,28 @@ class DrJitRenderer:
         s = scene_of(theta)
         samples = _unstack(scene_sdf(h.stacked, s)[0])
         g = h.grads
-        f0 = samples[rg.S_POINT]
-        gd = dr.minimum(dr.dot(g[rg.S_POINT], h.rd), -rg.MIN_GRAZING)
+        f0 = samples[raymarch_grad.S_POINT]
+        gd = dr.minimum(dr.dot(g[raymarch_grad.S_POINT], h.rd), -raymarch_grad.MIN_GRAZING)
         delta = dr.select(h.layer == 0, -f0 / gd, 0.0)
         ratio = f0 / (h.pixel * h.t + 1e-6)
         t = h.t + delta
-        p = h.points[rg.S_POINT] + h.rd * delta
+        p = h.points[raymarch_grad.S_POINT] + h.rd * delta
         n = Array3f(0.0)
         for k in range(4):
-            n += tap_sign(k) * (samples[rg.S_TAP0 + k] + dr.dot(g[rg.S_TAP0 + k], h.rd) * delta)
+            n += tap_sign(k) * (samples[raymarch_grad.S_TAP0 + k] + dr.dot(g[raymarch_grad.S_TAP0 + k], h.rd) * delta)
         n = n / length(n)
         shadowed = h.shadow > 0.0
         s_t = dr.select(shadowed, h.shadow, 1.0)
-        moved = p + n * rg.SHADOW_OFFSET + s.sun * s_t - h.points[rg.S_SHADOW]
-        occluder = samples[rg.S_SHADOW] + dr.dot(g[rg.S_SHADOW], moved)
+        moved = p + n * raymarch_grad.SHADOW_OFFSET + s.sun * s_t - h.points[raymarch_grad.S_SHADOW]
+        occluder = samples[raymarch_grad.S_SHADOW] + dr.dot(g[raymarch_grad.S_SHADOW], moved)
         shadow = dr.select(shadowed, penumbra(occluder / s_t), 1.0)
         colour = fog(light(p, h.rd, t, n, h.mat, shadow, h.ao, s), h.rd, t)
         # soft minimum over the edge layers (softmin.soft_min_layers), then compose (raymarch_grad.compose)
         px = dr.arange(UInt32, n_px)
-        on = [dr.gather(Bool, h.active, px + k * n_px) for k in range(rg.N_LAYERS)]
-        at = [dr.gather(UInt32, h.pos, px + k * n_px) for k in range(rg.N_LAYERS)]
-        r = [dr.select(on[k], dr.gather(Float, ratio, at[k], on[k]), INACTIVE_RATIO) for k in range(1, rg.N_LAYERS)]
+        on = [dr.gather(Bool, h.active, px + k * n_px) for k in range(raymarch_grad.N_LAYERS)]
+        at = [dr.gather(UInt32, h.pos, px + k * n_px) for k in range(raymarch_grad.N_LAYERS)]
+        r = [dr.select(on[k], dr.gather(Float, ratio, at[k], on[k]), INACTIVE_RATIO)
+             for k in range(1, raymarch_grad.N_LAYERS)]
         m = r[0]
         for r_k in r[1:]:
             m = dr.minimum(m, r_k)
@@ -655,8 +657,4 @@ def thread_count() -> int:
 
 def set_thread_count(n: int) -> None:
     dr.set_thread_count(int(n))
-
-
-def has_llvm() -> bool:
-    return bool(dr.has_backend(dr.JitBackend.LLVM))
 

@@ -10,37 +10,38 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from engine.kernels import raymarch as rk
+from engine.kernels import raymarch
 
 wp.config.quiet = True
 
 # constants shared with the Taichi kernel (Python values, baked into both)
-P_BASE, P_SHOULDER, P_ELBOW, P_WRIST = rk.P_BASE, rk.P_SHOULDER, rk.P_ELBOW, rk.P_WRIST
-THX, THY, THZ = (float(v) for v in rk.TILE_HALF)
-TR = float(rk.TILE_ROUND)
-S_R = float(rk._S_R)
-SC0, SC1 = (float(v) for v in rk._S_SC)
-TOP_C, TOP_S = (float(v) for v in rk._S_TOP_ROT)
-BOT_C, BOT_S = (float(v) for v in rk._S_BOT_ROT)
-STROKE = float(rk.STROKE)
-LETTER_HALF_DEPTH = float(rk.LETTER_HALF_DEPTH)
-BM = float(rk.BOUND_MARGIN)
-NEAR_TABLE_X, NEAR_TABLE_Y, NEAR_TABLE_Z = (float(v) for v in rk.NEAR_TABLE)
-NEAR_MOVING = float(rk.NEAR_MOVING)
-NEAR_BASE_R, NEAR_BASE_Y = (float(v) for v in rk.NEAR_BASE)
-NEAR_LINKS_D, NEAR_LINKS_LAT = (float(v) for v in rk.NEAR_LINKS)
-M_SKY, M_FLOOR, M_TABLE, M_TILE, M_LETTER = (float(v) for v in (rk.M_SKY, rk.M_FLOOR, rk.M_TABLE, rk.M_TILE,
-                                                                   rk.M_LETTER))
-M_PAINT, M_JOINT, M_STEEL, M_PEDESTAL, M_BOUND = (float(v) for v in (rk.M_PAINT, rk.M_JOINT, rk.M_STEEL,
-                                                                     rk.M_PEDESTAL, rk.M_BOUND))
-KEY = wp.constant(wp.vec3(*rk.KEY_DIR))
-KEY_COL = wp.constant(wp.vec3(*rk.KEY_COL))
-ZENITH = wp.constant(wp.vec3(*rk.SKY_ZENITH))
-HORIZON = wp.constant(wp.vec3(*rk.SKY_HORIZON))
-FLOOR_BASE = wp.constant(wp.vec3(*rk.FLOOR_BASE))
-FLOOR_LINE = wp.constant(wp.vec3(*rk.FLOOR_LINE))
-G0, G1, G2, G3, G4, G5, G6 = (int(g) for g in rk.SLOT_GLYPHS)
-G_MOVING = int(rk.SLOT_GLYPHS[rk.MOVING_SLOT])
+P_BASE, P_SHOULDER, P_ELBOW, P_WRIST = raymarch.P_BASE, raymarch.P_SHOULDER, raymarch.P_ELBOW, raymarch.P_WRIST
+THX, THY, THZ = (float(v) for v in raymarch.TILE_HALF)
+TR = float(raymarch.TILE_ROUND)
+S_R = float(raymarch._S_R)
+SC0, SC1 = (float(v) for v in raymarch._S_SC)
+TOP_C, TOP_S = (float(v) for v in raymarch._S_TOP_ROT)
+BOT_C, BOT_S = (float(v) for v in raymarch._S_BOT_ROT)
+STROKE = float(raymarch.STROKE)
+LETTER_HALF_DEPTH = float(raymarch.LETTER_HALF_DEPTH)
+BM = float(raymarch.BOUND_MARGIN)
+NEAR_TABLE_X, NEAR_TABLE_Y, NEAR_TABLE_Z = (float(v) for v in raymarch.NEAR_TABLE)
+NEAR_MOVING = float(raymarch.NEAR_MOVING)
+NEAR_BASE_R, NEAR_BASE_Y = (float(v) for v in raymarch.NEAR_BASE)
+NEAR_LINKS_D, NEAR_LINKS_LAT = (float(v) for v in raymarch.NEAR_LINKS)
+M_SKY, M_FLOOR, M_TABLE, M_TILE, M_LETTER = (float(v) for v in (raymarch.M_SKY, raymarch.M_FLOOR, raymarch.M_TABLE,
+                                                                   raymarch.M_TILE, raymarch.M_LETTER))
+M_PAINT, M_JOINT, M_STEEL, M_PEDESTAL, M_BOUND = (float(v) for v in (raymarch.M_PAINT, raymarch.M_JOINT,
+                                                                     raymarch.M_STEEL, raymarch.M_PEDESTAL,
+                                                                     raymarch.M_BOUND))
+KEY = wp.constant(wp.vec3(*raymarch.KEY_DIR))
+KEY_COL = wp.constant(wp.vec3(*raymarch.KEY_COL))
+ZENITH = wp.constant(wp.vec3(*raymarch.SKY_ZENITH))
+HORIZON = wp.constant(wp.vec3(*raymarch.SKY_HORIZON))
+FLOOR_BASE = wp.constant(wp.vec3(*raymarch.FLOOR_BASE))
+FLOOR_LINE = wp.constant(wp.vec3(*raymarch.FLOOR_LINE))
+G0, G1, G2, G3, G4, G5, G6 = (int(g) for g in raymarch.SLOT_GLYPHS)
+G_MOVING = int(raymarch.SLOT_GLYPHS[raymarch.MOVING_SLOT])
 
 
 @wp.struct
@@ -149,9 +150,9 @@ def closer(a: wp.vec2, b: wp.vec2):
 
 @wp.func
 def sd_table(p: wp.vec3):
-    res = wp.vec2(wp.max(p[1] - float(rk.TABLE_TOP), wp.max(wp.abs(p[0]) - 1.95, wp.abs(p[2]) - 0.6)), M_BOUND)
+    res = wp.vec2(wp.max(p[1] - float(raymarch.TABLE_TOP), wp.max(wp.abs(p[0]) - 1.95, wp.abs(p[2]) - 0.6)), M_BOUND)
     if p[1] < NEAR_TABLE_Y and wp.abs(p[0]) < NEAR_TABLE_X and wp.abs(p[2]) < NEAR_TABLE_Z:
-        top = sd_box(p - wp.vec3(0.0, float(rk.TABLE_TOP) - 0.025, 0.0), wp.vec3(1.94, 0.015, 0.59)) - 0.01
+        top = sd_box(p - wp.vec3(0.0, float(raymarch.TABLE_TOP) - 0.025, 0.0), wp.vec3(1.94, 0.015, 0.59)) - 0.01
         leg = sd_box(wp.vec3(wp.abs(p[0]) - 1.8, p[1] - 0.375, wp.abs(p[2]) - 0.48),
                      wp.vec3(0.035, 0.375, 0.035)) - 0.008
         res = wp.vec2(wp.min(top, leg), M_TABLE)
@@ -180,7 +181,7 @@ def slot_glyph(i: int):
 
 @wp.func
 def sd_tiles(p: wp.vec3, s: Scene):
-    row_bound = sd_box(p - wp.vec3(0.0, float(rk.TILE_Y), float(rk.ROW_Z)), wp.vec3(1.72, 0.25, 0.06))
+    row_bound = sd_box(p - wp.vec3(0.0, float(raymarch.TILE_Y), float(raymarch.ROW_Z)), wp.vec3(1.72, 0.25, 0.06))
     rel = p - s.tile_pos
     moving_dist = wp.length(rel)
     moving_bound = moving_dist - 0.32
@@ -193,12 +194,13 @@ def sd_tiles(p: wp.vec3, s: Scene):
             res = wp.vec2(row_bound, M_BOUND)
         if not near_moving:
             res = closer(res, wp.vec2(moving_bound, M_BOUND))
-        i0 = int(wp.floor((p[0] - float(rk.SLOT_X0)) / float(rk.SLOT_SPACING)))
+        i0 = int(wp.floor((p[0] - float(raymarch.SLOT_X0)) / float(raymarch.SLOT_SPACING)))
         for k in range(3):
             i = i0 + k
-            u = p - wp.vec3(float(rk.SLOT_X0) + float(rk.SLOT_SPACING) * float(i), float(rk.TILE_Y), float(rk.ROW_Z))
+            u = p - wp.vec3(float(raymarch.SLOT_X0) + float(raymarch.SLOT_SPACING) * float(i), float(raymarch.TILE_Y),
+                            float(raymarch.ROW_Z))
             g = slot_glyph(i)
-            usable = near_row and i >= 0 and i < rk.N_SLOTS and i != rk.MOVING_SLOT and k < 2
+            usable = near_row and i >= 0 and i < raymarch.N_SLOTS and i != raymarch.MOVING_SLOT and k < 2
             if k == 2:
                 u = s.tile_rot * rel
                 g = G_MOVING
@@ -224,7 +226,7 @@ def sd_arm(p: wp.vec3, s: Scene):
         bracket = sd_box(wp.vec3(fwd, p[1] - 0.9, lat), wp.vec3(0.12, 0.08, 0.15)) - 0.03
         res = closer(res, wp.vec2(wp.min(turret, bracket), M_PAINT))
     q = wp.vec2(fwd, p[1])
-    tcp = s.wrist + s.tool * float(rk.TCP_OFFSET)
+    tcp = s.wrist + s.tool * float(raymarch.TCP_OFFSET)
     to_links = wp.min(sd_segment2(q, s.shoulder, s.elbow),
                       wp.min(sd_segment2(q, s.elbow, s.wrist), sd_segment2(q, s.wrist, tcp)))
     bound = wp.max(to_links - 0.2, wp.abs(lat) - 0.32)
@@ -280,7 +282,7 @@ def soft_shadow(ro: wp.vec3, rd: wp.vec3, s: Scene):
     res = float(1.0)
     t = float(0.015)
     prev_h = float(1.0e10)
-    for _ in range(rk.SHADOW_STEPS):
+    for _ in range(raymarch.SHADOW_STEPS):
         hm = scene_sdf(ro + rd * t, s)
         h = hm[0]
         if hm[1] != M_BOUND:
@@ -291,7 +293,7 @@ def soft_shadow(ro: wp.vec3, rd: wp.vec3, s: Scene):
         else:
             prev_h = 1.0e10
         t = t + wp.clamp(h, 0.01, 0.5)
-        if res < 0.001 or t > 8.0 or ro[1] + rd[1] * t > float(rk.SCENE_TOP):
+        if res < 0.001 or t > 8.0 or ro[1] + rd[1] * t > float(raymarch.SCENE_TOP):
             break
     res = wp.clamp(res, 0.0, 1.0)
     return res * res * (3.0 - 2.0 * res)
@@ -329,35 +331,35 @@ def shade(p: wp.vec3, rd: wp.vec3, t: float, s: Scene):
     albedo = wp.vec3(0.5)
     spec = float(0.04)
     squarings = int(4)
-    if m == rk.M_FLOOR:
+    if m == raymarch.M_FLOOR:
         w = 0.004 + 0.0012 * t
         line = wp.max(grid_line(p[0], w), grid_line(p[2], w)) * 0.8
         albedo = FLOOR_BASE * (1.0 - line) + FLOOR_LINE * line
         spec = 0.02
-    elif m == rk.M_TABLE:
+    elif m == raymarch.M_TABLE:
         albedo = wp.vec3(0.2, 0.11, 0.055)
         spec = 0.06
         squarings = 5
-    elif m == rk.M_TILE:
+    elif m == raymarch.M_TILE:
         albedo = wp.vec3(0.86, 0.82, 0.72)
         spec = 0.05
-    elif m == rk.M_LETTER:
+    elif m == raymarch.M_LETTER:
         albedo = wp.vec3(0.72, 0.06, 0.05)
         spec = 0.18
         squarings = 6
-    elif m == rk.M_PAINT:
+    elif m == raymarch.M_PAINT:
         albedo = wp.vec3(0.9, 0.28, 0.025)
         spec = 0.25
         squarings = 6
-    elif m == rk.M_JOINT:
+    elif m == raymarch.M_JOINT:
         albedo = wp.vec3(0.07, 0.07, 0.08)
         spec = 0.35
         squarings = 6
-    elif m == rk.M_STEEL:
+    elif m == raymarch.M_STEEL:
         albedo = wp.vec3(0.55, 0.57, 0.6)
         spec = 0.6
         squarings = 7
-    elif m == rk.M_PEDESTAL:
+    elif m == raymarch.M_PEDESTAL:
         albedo = wp.vec3(0.13, 0.13, 0.14)
         spec = 0.15
         squarings = 5
@@ -406,17 +408,17 @@ def render(prm: wp.array(dtype=float), width: int, height: int, rgb: wp.array(dt
     s.shoulder = wp.vec2(prm[P_SHOULDER], prm[P_SHOULDER + 1])
     s.elbow = wp.vec2(prm[P_ELBOW], prm[P_ELBOW + 1])
     s.wrist = wp.vec2(prm[P_WRIST], prm[P_WRIST + 1])
-    s.tool = wp.vec2(prm[rk.P_TOOL], prm[rk.P_TOOL + 1])
-    s.grip = prm[rk.P_GRIP]
-    s.tile_pos = wp.vec3(prm[rk.P_TILE_POS], prm[rk.P_TILE_POS + 1], prm[rk.P_TILE_POS + 2])
-    r0 = rk.P_TILE_ROT
+    s.tool = wp.vec2(prm[raymarch.P_TOOL], prm[raymarch.P_TOOL + 1])
+    s.grip = prm[raymarch.P_GRIP]
+    s.tile_pos = wp.vec3(prm[raymarch.P_TILE_POS], prm[raymarch.P_TILE_POS + 1], prm[raymarch.P_TILE_POS + 2])
+    r0 = raymarch.P_TILE_ROT
     s.tile_rot = wp.mat33(prm[r0], prm[r0 + 1], prm[r0 + 2], prm[r0 + 3], prm[r0 + 4], prm[r0 + 5],
                           prm[r0 + 6], prm[r0 + 7], prm[r0 + 8])
     ro = wp.vec3(prm[0], prm[1], prm[2])
     right = wp.vec3(prm[3], prm[4], prm[5])
     up = wp.vec3(prm[6], prm[7], prm[8])
     fwd = wp.vec3(prm[9], prm[10], prm[11])
-    pixel = prm[rk.P_PIXEL]
+    pixel = prm[raymarch.P_PIXEL]
     inv_w = 1.0 / float(width)
     inv_h = 1.0 / float(height)
     u = (float(col) + 0.5) * inv_w * 2.0 - 1.0
@@ -428,11 +430,11 @@ def render(prm: wp.array(dtype=float), width: int, height: int, rgb: wp.array(dt
     near_ratio = float(1.0e9)
     near_t = float(0.0)
     refined = int(0)
-    for i in range(rk.MAX_STEPS):
+    for i in range(raymarch.MAX_STEPS):
         res = scene_sdf(ro + rd * t, s)
         if hit == 1:
             refined = refined + 1
-        elif res[0] < float(rk.HIT_EPS) * t:
+        elif res[0] < float(raymarch.HIT_EPS) * t:
             hit = 1
             refined = 1
         else:
@@ -441,9 +443,9 @@ def render(prm: wp.array(dtype=float), width: int, height: int, rgb: wp.array(dt
                 near_ratio = ratio
                 near_t = t
         t = t + res[0]
-        if refined == rk.REFINE_STEPS:
+        if refined == raymarch.REFINE_STEPS:
             break
-        if hit == 0 and (t > float(rk.T_MAX) or (rd[1] > 0.0 and ro[1] + rd[1] * t > float(rk.SCENE_TOP))):
+        if hit == 0 and (t > float(raymarch.T_MAX) or (rd[1] > 0.0 and ro[1] + rd[1] * t > float(raymarch.SCENE_TOP))):
             break
     colour = sky(rd)
     cover = float(1.0)

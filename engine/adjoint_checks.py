@@ -20,10 +20,10 @@ from engine.autodiff.custom import adjoint_of
 from engine import taichi_private
 from engine.autodiff.gradcheck import finite_difference_gradient
 from engine.fields import FieldGroup
-from engine.kernels import image_loss as il
-from engine.kernels import kinematics as kin
-from engine.kernels import reduce as red
-from engine.kernels import softmin as sm
+from engine.kernels import image_loss
+from engine.kernels import kinematics
+from engine.kernels import reduce
+from engine.kernels import softmin
 from engine.launch import dispatch
 
 ROWS, COLS, N_PX, K = 7, 5, 6, 2
@@ -35,7 +35,7 @@ def _dtype() -> tuple:
 
 def reference_soft_min(ratio: np.ndarray, colour: np.ndarray, active: np.ndarray, kappa: float) -> tuple:
     """numpy soft_min_layers: ratio (K, P), colour (K, P, 3), active (K, P) -> soft ratio (P,), colour (P, 3)."""
-    r = np.where(active, ratio, sm.INACTIVE_RATIO)
+    r = np.where(active, ratio, softmin.INACTIVE_RATIO)
     m = r.min(axis=0)
     e = np.exp(-kappa * (r - m))
     w = e / e.sum(axis=0)
@@ -44,7 +44,7 @@ def reference_soft_min(ratio: np.ndarray, colour: np.ndarray, active: np.ndarray
 
 def reference_image_loss(image: np.ndarray, target: np.ndarray, weight: np.ndarray, kind: int) -> np.ndarray:
     d = image - target
-    return weight * (0.5 * (d * d).sum(-1) if kind == il.L2 else np.abs(d).sum(-1))
+    return weight * (0.5 * (d * d).sum(-1) if kind == image_loss.L2 else np.abs(d).sum(-1))
 
 
 def _run_adjoint(kernel, args) -> None:
@@ -81,10 +81,10 @@ def run_adjoint_checks(seed: int = 0) -> dict:
         s0 = rng.normal(size=COLS)
         wts = rng.normal(size=(ROWS, COLS))
         src.from_numpy(s0.astype(ndt))
-        dispatch(red.broadcast_rows, (src, ROWS, dst, partial))
+        dispatch(reduce.broadcast_rows, (src, ROWS, dst, partial))
         dst.grad.from_numpy(wts.astype(ndt))
         src.grad.fill(0)
-        _run_adjoint(red.broadcast_rows, (src, ROWS, dst, partial))
+        _run_adjoint(reduce.broadcast_rows, (src, ROWS, dst, partial))
         out["broadcast_value"] = dst.to_numpy().astype(np.float64) - np.broadcast_to(s0, (ROWS, COLS))
         out["broadcast_grad"] = src.grad.to_numpy().astype(np.float64)
         out["broadcast_fd"] = finite_difference_gradient(lambda x: float((wts * x[None, :]).sum()), s0, eps)
@@ -93,10 +93,10 @@ def run_adjoint_checks(seed: int = 0) -> dict:
         v0 = rng.normal(size=ROWS)
         values.from_numpy(v0.astype(ndt))
         total.fill(0)
-        dispatch(red.sum_into, (values, ROWS, 0.5, vpartial, total))
+        dispatch(reduce.sum_into, (values, ROWS, 0.5, vpartial, total))
         total.grad.fill(1.0)
         values.grad.fill(0)
-        _run_adjoint(red.sum_into, (values, ROWS, 0.5, vpartial, total))
+        _run_adjoint(reduce.sum_into, (values, ROWS, 0.5, vpartial, total))
         out["sum_value"] = np.array([float(total[None]) - 0.5 * v0.sum()])
         out["sum_grad"] = values.grad.to_numpy().astype(np.float64)
         out["sum_fd"] = finite_difference_gradient(lambda x: 0.5 * float(x.sum()), v0, eps)
@@ -107,11 +107,11 @@ def run_adjoint_checks(seed: int = 0) -> dict:
         image.from_numpy(im0.astype(ndt))
         target.from_numpy(tg0.astype(ndt))
         weight.from_numpy(wt0.astype(ndt))
-        for name, kind in il.LOSS_KINDS.items():
-            dispatch(il.image_loss_terms, (image, target, weight, N_PX, kind, terms, dloss))
+        for name, kind in image_loss.LOSS_KINDS.items():
+            dispatch(image_loss.image_loss_terms, (image, target, weight, N_PX, kind, terms, dloss))
             terms.grad.from_numpy(c.astype(ndt))
             image.grad.fill(0)
-            _run_adjoint(il.image_loss_terms, (image, target, weight, N_PX, kind, terms, dloss))
+            _run_adjoint(image_loss.image_loss_terms, (image, target, weight, N_PX, kind, terms, dloss))
             out[f"loss_{name}_value"] = terms.to_numpy().astype(np.float64) - reference_image_loss(im0, tg0, wt0, kind)
             out[f"loss_{name}_grad"] = image.grad.to_numpy().astype(np.float64)
             out[f"loss_{name}_fd"] = finite_difference_gradient(
@@ -129,12 +129,12 @@ def run_adjoint_checks(seed: int = 0) -> dict:
         colour.from_numpy(c0.reshape(-1, 3).astype(ndt))
         active.from_numpy(act.reshape(-1))
         args = (ratio, colour, active, N_PX, kappa, soft_ratio, soft_colour, w_soft)
-        dispatch(sm.soft_min_layers, args)
+        dispatch(softmin.soft_min_layers, args)
         soft_ratio.grad.from_numpy(a.astype(ndt))
         soft_colour.grad.from_numpy(b.astype(ndt))
         ratio.grad.fill(0)
         colour.grad.fill(0)
-        _run_adjoint(sm.soft_min_layers, args)
+        _run_adjoint(softmin.soft_min_layers, args)
         ref_r, ref_c = reference_soft_min(r0[1:], c0[1:], act[1:] != 0, kappa)
         out["softmin_value"] = np.concatenate([soft_ratio.to_numpy() - ref_r, (soft_colour.to_numpy() - ref_c).ravel()])
 
@@ -172,10 +172,10 @@ def run_soft_min_stability(kappa: float = 1e4) -> dict:
         colour.from_numpy(np.ones((3 * n, 3), np.float32))
         active.fill(1)
         args = (ratio, colour, active, n, kappa, soft_ratio, soft_colour, weight)
-        dispatch(sm.soft_min_layers, args)
+        dispatch(softmin.soft_min_layers, args)
         soft_ratio.grad.fill(1.0)
         soft_colour.grad.fill(1.0)
-        _run_adjoint(sm.soft_min_layers, args)
+        _run_adjoint(softmin.soft_min_layers, args)
         return {"ratios": ratios, "soft_ratio": soft_ratio.to_numpy(), "weight": weight.to_numpy(),
                 "ratio_grad": ratio.grad.to_numpy()[n:].reshape(2, n)}
     finally:
@@ -186,16 +186,16 @@ def run_kinematics_check(theta: np.ndarray, weights: np.ndarray) -> dict:
     """The device kinematics at theta (float32 on every backend, as the renderer runs it) and
     d(weights . prm)/d theta by Taichi's adjoint; the caller compares with the host's float64 packing."""
     g = FieldGroup()
-    th = g.field(ti.f32, (kin.N_THETA,), needs_grad=True)
+    th = g.field(ti.f32, (kinematics.N_THETA,), needs_grad=True)
     prm = g.field(ti.f32, (len(weights),), needs_grad=True)
     g.finalize()
     try:
         th.from_numpy(np.asarray(theta, np.float32))
         prm.fill(0)
-        dispatch(kin.kinematics, (th, prm))
+        dispatch(kinematics.kinematics, (th, prm))
         prm.grad.from_numpy(np.asarray(weights, np.float32))
         th.grad.fill(0)
-        dispatch(kin.kinematics.grad, (th, prm))
+        dispatch(kinematics.kinematics.grad, (th, prm))
         return {"prm": prm.to_numpy().astype(np.float64), "grad": th.grad.to_numpy().astype(np.float64)}
     finally:
         g.destroy()

@@ -30,7 +30,7 @@ from engine.autodiff.tape import Tape
 from engine.triangle_bvh import TriangleBVH, morton_order
 from engine.errors import UserError
 from engine.fields import FieldGroup
-from engine.kernels import chamfer_terms as k
+from engine.kernels import chamfer_terms
 from engine.launch import custom, launch
 from engine.mesh_io import Mesh
 
@@ -55,7 +55,7 @@ def _no_adjoint() -> None:
 
 
 def _padded(n: int) -> int:
-    return -(-n // k.BLOCK) * k.BLOCK
+    return -(-n // chamfer_terms.BLOCK) * chamfer_terms.BLOCK
 
 
 class ChamferLoss:
@@ -124,14 +124,14 @@ class ChamferLoss:
         self.corners = g.vector(3, dtype, (n_samples, 3), needs_grad=True)
         self.terms_a = g.field(dtype, (_padded(self.n_vertices),), needs_grad=True)
         self.terms_b = g.field(dtype, (_padded(n_samples),), needs_grad=True)
-        self.partial_a = g.field(dtype, (self.terms_a.shape[0] // k.BLOCK,), needs_grad=True)
-        self.partial_b = g.field(dtype, (self.terms_b.shape[0] // k.BLOCK,), needs_grad=True)
+        self.partial_a = g.field(dtype, (self.terms_a.shape[0] // chamfer_terms.BLOCK,), needs_grad=True)
+        self.partial_b = g.field(dtype, (self.terms_b.shape[0] // chamfer_terms.BLOCK,), needs_grad=True)
         self.value = g.field(dtype, (), needs_grad=True)
         # vertex -> (sample, corner) slot index for the fixed-order scatter (see engine.kernels.chamfer_terms)
         self.ref_count = g.field(ti.i32, (self.n_vertices,))
         self.ref_start = g.field(ti.i32, (self.n_vertices + 1,))
         self.ref_cursor = g.field(ti.i32, (self.n_vertices,))
-        self.ref_blocks = g.field(ti.i32, (-(-self.n_vertices // k.SCAN_BLOCK),))
+        self.ref_blocks = g.field(ti.i32, (-(-self.n_vertices // chamfer_terms.SCAN_BLOCK),))
         self.slots = g.field(ti.i32, (3 * n_samples,))
         g.finalize()
         self._forget_answers()
@@ -197,23 +197,24 @@ class ChamferLoss:
         """Untaped: the vertex -> slot index the fixed-order scatter walks (integer atomics: exact)."""
         n = self.n_samples
         launch(fill_value, self.ref_count, 0)
-        launch(k.count_refs, self.faces, self.held_face, n, self.ref_count)
-        launch(k.exclusive_scan, self.ref_count, self.ref_start, self.ref_cursor, self.ref_blocks)
-        launch(k.fill_slots, self.faces, self.held_face, n, self.ref_cursor, self.slots)
+        launch(chamfer_terms.count_refs, self.faces, self.held_face, n, self.ref_count)
+        launch(chamfer_terms.exclusive_scan, self.ref_count, self.ref_start, self.ref_cursor, self.ref_blocks)
+        launch(chamfer_terms.fill_slots, self.faces, self.held_face, n, self.ref_cursor, self.slots)
 
     def record(self, tape: Tape) -> None:
         """Taped: the held squared distances and their fixed-order sums into `self.value`."""
         with tape.pause():
             launch(fill_value, self.value, 0)
-        launch(k.held_point_terms, self.x, self.held_point, self.n_vertices, 1.0 / self.n_vertices, self.terms_a,
-               name="chamfer: vertex to held target point")
-        launch(k.gather_corners, self.x, self.faces, self.held_face, self.n_samples, self.corners, self.ref_start,
-               self.slots, name="chamfer: gather held source corners")  # its adjoint scatters in a fixed order
-        launch(k.held_face_terms, self.samples, self.corners, self.held_bary, self.n_samples, 1.0 / self.n_samples,
-               self.terms_b, name="chamfer: sample to held source triangle")
+        launch(chamfer_terms.held_point_terms, self.x, self.held_point, self.n_vertices, 1.0 / self.n_vertices,
+               self.terms_a, name="chamfer: vertex to held target point")
+        # its adjoint scatters in a fixed order
+        launch(chamfer_terms.gather_corners, self.x, self.faces, self.held_face, self.n_samples, self.corners,
+               self.ref_start, self.slots, name="chamfer: gather held source corners")
+        launch(chamfer_terms.held_face_terms, self.samples, self.corners, self.held_bary, self.n_samples,
+               1.0 / self.n_samples, self.terms_b, name="chamfer: sample to held source triangle")
         for terms, partial in ((self.terms_a, self.partial_a), (self.terms_b, self.partial_b)):
-            launch(k.block_sums, terms, partial, name="chamfer: block sums")
-            launch(k.serial_total, partial, self.value, name="chamfer: total")
+            launch(chamfer_terms.block_sums, terms, partial, name="chamfer: block sums")
+            launch(chamfer_terms.serial_total, partial, self.value, name="chamfer: total")
 
     def misses(self) -> int:
         """Queries without an answer since the BVHs were built (both directions)."""
@@ -246,8 +247,8 @@ class LaplacianSmoother:
         self.neighbours.from_numpy(edges[:, 1].astype(np.int32))
 
     def step(self, lam: float) -> None:
-        launch(k.laplacian_step, self.x, self.start, self.neighbours, lam, self.scratch)
-        launch(k.copy_vectors, self.scratch, self.x)
+        launch(chamfer_terms.laplacian_step, self.x, self.start, self.neighbours, lam, self.scratch)
+        launch(chamfer_terms.copy_vectors, self.scratch, self.x)
 
     def destroy(self) -> None:
         self.group.destroy()

@@ -17,12 +17,12 @@ import numpy as np
 
 from engine import backend
 from engine.errors import UserError
-from engine.kernels import raymarch as rk
+from engine.kernels import raymarch
 from engine.launch import launch
 
 MAX_SIDE = 16384
-MAX_DEPTH = rk.T_MAX  # depth AOV value where a ray escaped
-MAX_STEPS = rk.MAX_STEPS  # upper limit of the steps AOV
+MAX_DEPTH = raymarch.T_MAX  # depth AOV value where a ray escaped
+MAX_STEPS = raymarch.MAX_STEPS  # upper limit of the steps AOV
 BYTES_PER_PIXEL = 4 * (3 + 1 + 3 + 1)  # rgb, depth, normal, steps (float32 / int32)
 
 
@@ -63,8 +63,9 @@ class SceneParams:
     grip: float  # lateral offset of each finger from the tool axis
     tile_pos: np.ndarray  # centre of the moving tile (3)
     tile_rot: np.ndarray  # tile -> world rotation (3x3)
-    albedos: tuple = (rk.ALBEDO_PAINT, rk.ALBEDO_TILE, rk.ALBEDO_LETTER)  # RGB of the arm's paint, tiles, letters
-    sun: tuple = rk.KEY_DIR  # direction towards the key light
+    # RGB of the arm's paint, tiles, letters
+    albedos: tuple = (raymarch.ALBEDO_PAINT, raymarch.ALBEDO_TILE, raymarch.ALBEDO_LETTER)
+    sun: tuple = raymarch.KEY_DIR  # direction towards the key light
     extra: dict = field(default_factory=dict)  # host-side extras (joint angles, tool frame) for tests and UI
 
 
@@ -84,20 +85,20 @@ def pack(scene: SceneParams, camera: Camera, width: int, height: int) -> np.ndar
 
 def pack64(scene: SceneParams, camera: Camera, width: int, height: int) -> np.ndarray:
     """`pack` before its rounding to float32 (float64 (N_PARAMS,)): the host reference of the device kinematics."""
-    prm = np.zeros(rk.N_PARAMS, np.float64)
+    prm = np.zeros(raymarch.N_PARAMS, np.float64)
     cam = camera_params(camera, width, height)
-    prm[rk.P_CAM_POS:rk.P_CAM_FWD + 3] = cam[:12]
-    prm[rk.P_PIXEL] = cam[12]
-    prm[rk.P_BASE:rk.P_BASE + 4] = (*scene.base_xz, math.cos(scene.yaw), math.sin(scene.yaw))
-    prm[rk.P_SHOULDER:rk.P_SHOULDER + 2] = scene.shoulder
-    prm[rk.P_ELBOW:rk.P_ELBOW + 2] = scene.elbow
-    prm[rk.P_WRIST:rk.P_WRIST + 2] = scene.wrist
-    prm[rk.P_TOOL:rk.P_TOOL + 2] = (math.cos(scene.tool_pitch), math.sin(scene.tool_pitch))
-    prm[rk.P_GRIP] = scene.grip
-    prm[rk.P_TILE_POS:rk.P_TILE_POS + 3] = scene.tile_pos
-    prm[rk.P_TILE_ROT:rk.P_TILE_ROT + 9] = np.asarray(scene.tile_rot).T.reshape(9)  # world -> tile
-    prm[rk.P_ALBEDO:rk.P_ALBEDO + 9] = np.asarray(scene.albedos, np.float64).reshape(9)
-    prm[rk.P_SUN:rk.P_SUN + 3] = scene.sun
+    prm[raymarch.P_CAM_POS:raymarch.P_CAM_FWD + 3] = cam[:12]
+    prm[raymarch.P_PIXEL] = cam[12]
+    prm[raymarch.P_BASE:raymarch.P_BASE + 4] = (*scene.base_xz, math.cos(scene.yaw), math.sin(scene.yaw))
+    prm[raymarch.P_SHOULDER:raymarch.P_SHOULDER + 2] = scene.shoulder
+    prm[raymarch.P_ELBOW:raymarch.P_ELBOW + 2] = scene.elbow
+    prm[raymarch.P_WRIST:raymarch.P_WRIST + 2] = scene.wrist
+    prm[raymarch.P_TOOL:raymarch.P_TOOL + 2] = (math.cos(scene.tool_pitch), math.sin(scene.tool_pitch))
+    prm[raymarch.P_GRIP] = scene.grip
+    prm[raymarch.P_TILE_POS:raymarch.P_TILE_POS + 3] = scene.tile_pos
+    prm[raymarch.P_TILE_ROT:raymarch.P_TILE_ROT + 9] = np.asarray(scene.tile_rot).T.reshape(9)  # world -> tile
+    prm[raymarch.P_ALBEDO:raymarch.P_ALBEDO + 9] = np.asarray(scene.albedos, np.float64).reshape(9)
+    prm[raymarch.P_SUN:raymarch.P_SUN + 3] = scene.sun
     return prm
 
 
@@ -171,7 +172,7 @@ class Renderer:
             return
         backend.require()
         self.width, self.height = int(width), int(height)
-        self._prm = ti.ndarray(ti.f32, rk.N_PARAMS)
+        self._prm = ti.ndarray(ti.f32, raymarch.N_PARAMS)
         self._rgb = ti.ndarray(ti.f32, (self.height, self.width, 3))
         self._depth = ti.ndarray(ti.f32, (self.height, self.width))
         self._normal = ti.ndarray(ti.f32, (self.height, self.width, 3))
@@ -197,7 +198,7 @@ class Renderer:
         `engine.kernels.raymarch.P_*`) into the buffers, no read-back: `rgb_buffer` holds the image on the
         device (the differentiable renderer's forward-image comparison packs theta's kinematics on the device)."""
         self._prm.from_numpy(np.asarray(prm, np.float32))
-        launch(rk.render, self._prm, self._rgb, self._depth, self._normal, self._steps)
+        launch(raymarch.render, self._prm, self._rgb, self._depth, self._normal, self._steps)
 
     @property
     def rgb_buffer(self):

@@ -100,23 +100,23 @@ def test_soft_minimum_is_stable_at_sharpness_1e4(arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_device_kinematics_equal_the_host_packing_and_its_gradient_central_differences(arch):
     from app.scenes.robot_arm import scene_from_theta, theta_at
-    from engine.kernels import raymarch as rk
+    from engine.kernels import raymarch
     from engine.render import Camera, pack64
     from engine.scene_theta import perturb
 
     rng = np.random.default_rng(3)
     theta = perturb(theta_at(0.5), {"joints": 30.0, "letter": 0.3, "letter_angles": 40.0, "albedo": 0.3, "sun": 20.0},
                     seed=5)
-    weights = np.zeros(rk.N_PARAMS)
-    weights[rk.P_BASE:] = rng.normal(size=rk.N_PARAMS - rk.P_BASE)
-    weights[rk.P_PIXEL] = 0.0
+    weights = np.zeros(raymarch.N_PARAMS)
+    weights[raymarch.P_BASE:] = rng.normal(size=raymarch.N_PARAMS - raymarch.P_BASE)
+    weights[raymarch.P_PIXEL] = 0.0
 
     def host(th: np.ndarray) -> np.ndarray:  # the float64 host kinematics and packing
         return pack64(scene_from_theta(th), Camera(), 64, 32)
 
     out = _call(arch, "kinematics_check", theta=theta, weights=weights)
-    scene = np.arange(rk.P_BASE, rk.N_PARAMS) != rk.P_PIXEL
-    scene = np.nonzero(np.concatenate([np.zeros(rk.P_BASE, bool), scene]))[0]
+    scene = np.arange(raymarch.P_BASE, raymarch.N_PARAMS) != raymarch.P_PIXEL
+    scene = np.nonzero(np.concatenate([np.zeros(raymarch.P_BASE, bool), scene]))[0]
     np.testing.assert_allclose(out["prm"][scene], host(theta)[scene], atol=2e-6)
     fd = finite_difference_gradient(lambda th: float(weights @ host(th)), theta, 1e-6)
     assert np.abs(fd).max() > 0.1

@@ -410,24 +410,24 @@ def test_raymarch_render_bound_equals_plain(ti_cpu):
 
     from app.scenes.robot_arm import scene_at
     from engine.dispatch import bind
-    from engine.kernels import raymarch as rk
+    from engine.kernels import raymarch
     from engine.render import Camera, pack
 
     width, height = 24, 12
     images = []
     for native in (False, True):
-        prm = ti.ndarray(ti.f32, rk.N_PARAMS)
+        prm = ti.ndarray(ti.f32, raymarch.N_PARAMS)
         buffers = (ti.ndarray(ti.f32, (height, width, 3)), ti.ndarray(ti.f32, (height, width)),
                    ti.ndarray(ti.f32, (height, width, 3)), ti.ndarray(ti.i32, (height, width)))
         frames = []
         for t in (0.0, 2.5):
             prm.from_numpy(pack(scene_at(t), Camera(), width, height))
             if native:
-                bound = bind(rk.render, prm, *buffers)
+                bound = bind(raymarch.render, prm, *buffers)
                 assert bound.native
                 bound()
             else:
-                rk.render(prm, *buffers)
+                raymarch.render(prm, *buffers)
             frames.append([b.to_numpy() for b in buffers])
         images.append(frames)
     for plain, fast in zip(images[0], images[1]):

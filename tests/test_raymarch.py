@@ -7,7 +7,7 @@ import pytest
 
 from app.claims.raymarch_parity import pixel_parity
 from app.claims.thresholds import PIXEL_MAX_ERR, PIXEL_MIN_SHARE
-from app.scenes import robot_arm as arm
+from app.scenes import robot_arm
 from engine import image_io
 from engine.errors import UserError
 from engine.kernels.raymarch import TILE_HALF
@@ -29,7 +29,7 @@ def project(point: np.ndarray, camera: Camera, width: int = W, height: int = H) 
 
 @pytest.fixture(scope="module")
 def frame(ti_cpu):
-    out = arm.raymarch_frame(t=0.5, width=W, height=H)
+    out = robot_arm.raymarch_frame(t=0.5, width=W, height=H)
     return out
 
 
@@ -51,15 +51,15 @@ def test_sky_floor_and_arm_where_expected(frame):
     assert depth[-2, 2] < MAX_DEPTH
     np.testing.assert_allclose(normal[-2, 2], [0, 1, 0], atol=1e-3)
     # the arm's elbow joint: a hit about as far as the elbow is from the camera (the floor behind is > 5 m)
-    scene = arm.scene_at(0.5)
+    scene = robot_arm.scene_at(0.5)
     yaw = scene.yaw
-    elbow = np.array([arm.BASE_XZ[0] + scene.elbow[0] * np.sin(yaw), scene.elbow[1],
-                      arm.BASE_XZ[1] + scene.elbow[0] * np.cos(yaw)])
+    elbow = np.array([robot_arm.BASE_XZ[0] + scene.elbow[0] * np.sin(yaw), scene.elbow[1],
+                      robot_arm.BASE_XZ[1] + scene.elbow[0] * np.cos(yaw)])
     row, col = project(elbow, camera)
     distance = np.linalg.norm(elbow - camera.position())
     assert abs(depth[row, col] - distance) < 0.3 and normal[row, col, 1] < 0.99  # joint radius + link width
     # a standing tile (slot 0, the S): its face points at the camera side (+z)
-    row, col = project(arm.slot_center(0) + [0.12, 0.15, TILE_HALF[2]], camera)
+    row, col = project(robot_arm.slot_center(0) + [0.12, 0.15, TILE_HALF[2]], camera)
     assert normal[row, col, 2] > 0.5
 
 
@@ -101,7 +101,7 @@ def test_floor_beside_the_table_has_no_shadow_specks(ti_cpu):
     # on the floor there (about (1.0, 0, -1.3)); the penumbra around them is soft
     camera = Camera(azimuth=150.0, elevation=40.0, distance=4.0, target=(0.8, 0.0, -1.4))
     renderer = Renderer(384, 192)
-    rgb = renderer.render(arm.scene_at(0.8), camera)
+    rgb = renderer.render(robot_arm.scene_at(0.8), camera)
     specks = floor_specks(rgb, renderer.depth(), renderer.normals(), camera)
     assert (renderer.normals()[..., 1] > 0.999).mean() > 0.5  # the view is mostly floor
     assert not specks.any(), f"{specks.sum()} dark specks on the floor at pixels {np.argwhere(specks)[:5].tolist()}"
@@ -109,11 +109,12 @@ def test_floor_beside_the_table_has_no_shadow_specks(ti_cpu):
 
 def test_the_fallen_letter_lies_on_its_face(ti_cpu):
     # as the README tells it: the tile fell forward onto its face, so at t=0 its blank back faces up
-    face_normal = arm.FALLEN_ROT @ [0.0, 0.0, 1.0]
+    face_normal = robot_arm.FALLEN_ROT @ [0.0, 0.0, 1.0]
     assert face_normal[1] < -0.99
     camera = Camera()
-    rgb = Renderer(W, H).render(arm.scene_at(0.0), camera)
-    top = [arm.FALLEN_CENTER + arm.FALLEN_ROT @ [sx * TILE_HALF[0] * 0.8, sy * TILE_HALF[1] * 0.8, -TILE_HALF[2]]
+    rgb = Renderer(W, H).render(robot_arm.scene_at(0.0), camera)
+    top = [robot_arm.FALLEN_CENTER
+           + robot_arm.FALLEN_ROT @ [sx * TILE_HALF[0] * 0.8, sy * TILE_HALF[1] * 0.8, -TILE_HALF[2]]
            for sx in (-1, 1) for sy in (-1, 1)]
     rows, cols = zip(*(project(corner, camera) for corner in top))
     tile = rgb[min(rows):max(rows) + 1, min(cols):max(cols) + 1]
@@ -160,7 +161,7 @@ def test_render_cli_rejects_bad_sizes_in_one_line(tmp_path):
 
 
 def test_camera_packing_is_orthonormal():
-    prm = pack(arm.scene_at(0.0), Camera(), 200, 100)
+    prm = pack(robot_arm.scene_at(0.0), Camera(), 200, 100)
     right, up, fwd = prm[3:6], prm[6:9], prm[9:12]
     assert abs(right @ up) < 1e-6 and abs(right @ fwd) < 1e-6 and abs(up @ fwd) < 1e-6
     assert np.linalg.norm(right) / np.linalg.norm(up) == pytest.approx(2.0, rel=1e-6)

@@ -191,7 +191,8 @@ def _private_name_checks(scalar, vector) -> dict:
     out = ti.ndarray(ti.f32, 4)
 
     def kernel():  # dispatch binds through these; fields.FieldGroup.destroy reads the mapper and instances
-        assert isinstance(_private_probe._primal, private.Kernel) and isinstance(_private_probe._adjoint, private.Kernel)
+        assert isinstance(_private_probe._primal, private.Kernel)
+        assert isinstance(_private_probe._adjoint, private.Kernel)
         _private_probe(scalar, 2.0, out)
         assert _private_probe._primal.compiled_kernels and _private_probe._primal.mapper.mapping
         for attribute in ("ensure_compiled", "arguments", "autodiff_mode", "func", "grad"):
