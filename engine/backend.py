@@ -3,8 +3,10 @@
 `init("auto" | "cuda" | "vulkan" | "cpu")` starts Taichi and returns the `Backend`
 that actually runs. Rules:
 
-- `auto` prefers CUDA; when it cannot have it, it logs one warning saying why and
-  runs on the CPU.
+- `auto` prefers CUDA; when it cannot have it, it runs on the CPU and says why in the
+  `Backend`'s `note` (the `backend` record of report.json, fit.json, ...) and in one debug
+  line (`-v`): a machine without a GPU is normal, not a warning for every command. An
+  explicit arch has no note.
 - An explicitly requested backend that cannot start raises `UserError` (one line,
   exit code 2). Taichi's own silent fallback (cuda -> cpu with a warning) is disabled;
   `TI_ARCH` in the environment (Taichi lets it override the arch asked for) is refused
@@ -44,7 +46,7 @@ ARCH_CHOICES = ("auto", "cuda", "vulkan", "cpu")
 class Backend:
     name: str  # the arch that actually runs: "cuda", "vulkan" or "cpu"
     requested: str  # what was asked for: one of ARCH_CHOICES
-    note: str = ""  # why `auto` did not get CUDA, else ""
+    note: str = ""  # why `auto` did not get CUDA ("auto: no CUDA (REASON); running on cpu"), else ""
 
     def as_record(self) -> dict:
         return {"arch": self.name, "requested": self.requested, "note": self.note}
@@ -178,8 +180,10 @@ def init(arch: str | None = None, kernel_profiler: bool = False) -> Backend:
         name = "cuda" if reason is None else "cpu"
         if reason:
             note = f"auto: no CUDA ({reason}); running on cpu"
-            log.warning(note)
+            log.debug(note)  # -v only; kept in the record (as_record) for report.json
     if _current is not None and _current.name == name and _profiling == kernel_profiler:
+        if (_current.requested, _current.note) != (requested, note):  # the record says what this call asked
+            _current = Backend(name=name, requested=requested, note=note)
         return _current
     started = time.perf_counter()
     _start(name, kernel_profiler)
