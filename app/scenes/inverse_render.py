@@ -1,0 +1,556 @@
+"""Inverse rendering of the robot-arm scene: recover the scene parameters theta from a picture, and say how well.
+
+    rec = Recovery(target_image, start=theta0, truth=theta_star, width=256, height=128)
+    for phase in rec.steps():           # one unit of work per item: an Adam iteration or a Levenberg-Marquardt step
+        pass                            # (the GUI pulls a few per frame; `stop` ends it early)
+    verdict = rec.verdict()             # {"status": "converged" | "not_converged" | "diverged" | "interrupted", ...}
+    rec.best_theta, rec.losses, rec.errors, rec.marks
+
+The target is a linear RGB image of the scene seen from `camera`: rendered by the differentiable
+renderer at known parameters (`render_target`), or read from a PNG (`load_target_png`). A PNG that
+`python -m app render --edges soft` wrote is that same differentiable image (its text chunk says so:
+`png_compare`) and is compared with the differentiable render of the current theta; any other PNG
+with the forward renderer's image (`settings.compare`), so the loss vanishes at the true pose either
+way; the gradient is the differentiable render's either way.
+
+The recovery (`Recovery.steps`), in phases, each marked on the loss plot (`marks`):
+
+1. identify: the exact image Jacobian at the start (`DiffRenderer.image_jacobian`) says which optimised
+   parameters the picture determines (`engine.gauss_newton.identifiability`: the image change when a
+   parameter moves by its tolerance and the others re-fit, against an 8-bit step). Undetermined ones are
+   held at their start for the whole run and left out of the verdict.
+2. multi-start (`--starts K`): K short Adam runs from the start with the base yaw moved by 0, +15,
+   -15, +30, ... degrees; the lowest full-resolution image loss continues (the yaw has the longest lever
+   on the image and is the joint measured to start on the rim of its basin).
+3. Adam (the basin): an L2 loss over a 4-level image pyramid, silhouettes 2 pixel footprints wide at
+   first narrowing to 1, the learning rate falling from lr to lr / 10 on a cosine; the full-resolution
+   image loss every `check_every` iterations keeps the best iterate and catches divergence.
+4. Levenberg-Marquardt (the polish): from the best iterate, with the identifiability redone there,
+   Gauss-Newton steps on the full- and half-resolution residual with the exact Jacobian; a step is
+   taken only if the image loss falls, so the result is never worse than the best iterate.
+5. final: the identifiability at the result and the verdict (`verdict`): with the truth known (a rendered
+   target), converged = every determined parameter within its tolerance (`TOLERANCES`); without it
+   (a picture), converged = an image loss below what a one-tolerance error of the least visible determined
+   parameter would leave. Both criteria are recorded whenever both can be computed.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from engine import scene_theta
+from engine.errors import UserError
+from engine.gauss_newton import NOISE_FLOOR, Identifiability, identifiability, lm_step, pyramid_residual
+from engine.render import Camera
+
+log = logging.getLogger(__name__)
+
+MAX_WIDTH, MAX_HEIGHT = 512, 256  # the shared differentiable renderer's size: one compile serves every view up to it
+DEFAULT_PERTURB = "joints=20,gripper=0.03,letter=0.2,letter_angles=10"
+DEFAULT_T = 0.1
+DEFAULT_STARTS = 3  # multi-start: starts spread over the base yaw
+START_ITERATIONS = 30  # each start's short run: the first iterations of the Adam schedule
+SPREAD_NAME, SPREAD_DEG = "yaw", 15.0  # the parameter the starts spread over, and the spacing (degrees)
+# A recovered parameter is within these of the truth (display units: degrees, m, scene units, relative).
+TOLERANCES = {"joints": 0.5, "gripper": 0.005, "letter": 0.01, "letter_angles": 0.5, "albedo": 0.02, "sun": 0.5}
+# The Adam run diverged at a check where the image loss is not finite or this many times the start's, or where a
+# parameter moved this many tolerances from the start (1000: 500 degrees of a joint, 10 units of the letter: far
+# outside anything the picture can ask; the image loss alone cannot tell, since a pose flung out of view can
+# match a picture better than a misaligned one).
+DIVERGE_FACTOR, DIVERGE_TOLERANCES = 10.0, 1000.0
+LM_LEVELS = (0, 1)  # the polish's residual: full and half resolution
+STATUSES = ("converged", "not_converged", "diverged", "interrupted")
+
+
+@dataclass(frozen=True)
+class InvertSettings:
+    iterations: int = 150  # Adam iterations of the basin phase
+    lr: float = 0.01
+    loss: str = "l2"
+    levels: int = 4  # image pyramid levels of the Adam loss
+    edge_start: float = 2.0  # silhouette width (pixel footprints) at the start, narrowing to 1
+    narrow_until: float = 0.6  # share of the iterations over which the silhouettes narrow
+    lr_end: float = 0.1  # the learning rate ends at lr * lr_end (cosine)
+    groups: tuple[str, ...] = ("joints", "gripper", "letter", "letter_angles")  # optimised groups
+    compare: str = "diff"  # the image the loss compares with the target (engine.diff_render.DiffRenderer.set_compare)
+    starts: int = DEFAULT_STARTS
+    start_iterations: int = START_ITERATIONS
+    lm_iterations: int = 60  # Levenberg-Marquardt steps of the polish, at most (it stops when its steps vanish)
+    check_every: int = 10  # Adam iterations between full-resolution image-loss checks (best iterate, divergence)
+
+
+def renderer():
+    """The process's shared differentiable renderer (engine.diff_render.shared_renderer at MAX_WIDTH x MAX_HEIGHT)."""
+    from engine.diff_render import shared_renderer
+
+    return shared_renderer(MAX_WIDTH, MAX_HEIGHT)
+
+
+def check_view(width: int, height: int) -> None:
+    from engine.render import check_size
+
+    check_size(width, height)
+    if width > MAX_WIDTH or height > MAX_HEIGHT:
+        raise UserError(f"inverse rendering runs at up to {MAX_WIDTH}x{MAX_HEIGHT}, got {width}x{height}")
+
+
+def render_target(theta: np.ndarray, width: int, height: int, camera: Camera = Camera(),
+                  compare: str = "diff") -> np.ndarray:
+    """The image of theta that a fit with this `compare` matches: linear RGB (height, width, 3) float32; "diff":
+    the differentiable render's (1-pixel silhouettes), "forward": the forward renderer's (what `render` writes)."""
+    check_view(width, height)
+    r = renderer()
+    r.set_view(camera, width, height)
+    r.set_compare(compare)
+    r.set_loss("l2", levels=1, edge_px=1.0)
+    r.set_theta(theta)
+    return r.render()
+
+
+def load_target_png(path: str | Path, width: int, height: int) -> np.ndarray:
+    """A PNG of the scene as linear RGB (height, width, 3); one-line UserError if missing, empty, unreadable or
+    of another size."""
+    from engine.image_io import linear_from_srgb8, read_png_rgb
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"--target-image {path}: no such file")
+    if path.stat().st_size == 0:
+        raise UserError(f"--target-image {path}: the file is empty (0 bytes)")
+    try:
+        pixels = read_png_rgb(path)
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise UserError(f"--target-image {path}: not a readable image ({type(exc).__name__})") from None
+    if pixels.shape[:2] != (height, width):
+        raise UserError(f"--target-image {path} is {pixels.shape[1]}x{pixels.shape[0]}; the view is {width}x{height} "
+                        f"(render it with the same --width/--height, or pass those)")
+    return linear_from_srgb8(pixels)
+
+
+def quantisation_loss(linear: np.ndarray) -> float:
+    """The image loss an 8-bit sRGB picture of `linear` leaves at the true pose: 0.5 * mean(step^2 / 12) over
+    its channel values, each value's rounding step measured in linear RGB (uniform rounding error)."""
+    from engine.image_io import linear_from_srgb8, srgb8
+
+    code = srgb8(linear).astype(np.int64)
+    up = linear_from_srgb8(np.clip(code + 1, 0, 255).astype(np.uint8)).astype(np.float64)
+    down = linear_from_srgb8(np.clip(code - 1, 0, 255).astype(np.uint8)).astype(np.float64)
+    step = 0.5 * (up - down)
+    return float(0.5 * np.mean(step ** 2 / 12.0))
+
+
+def png_compare(path: str | Path) -> str:
+    """The image a fit of this PNG compares (`--compare auto`): the differentiable render's for a PNG that
+    `python -m app render --edges soft` wrote (it says so in a text chunk), else the forward renderer's."""
+    from engine.image_io import png_edges
+
+    if png_edges(path) == "soft":
+        return "diff"
+    log.warning("%s was not written by `python -m app render --edges soft`: compared with the forward renderer's "
+                "image; a hard-edged picture recovers the pose to about a degree only (docs/RESULTS.md)", path)
+    return "forward"
+
+
+def optimised_indices(groups: tuple[str, ...]) -> np.ndarray:
+    """theta's components in `groups`, in theta's order."""
+    return np.array([i for i in range(len(scene_theta.NAMES)) if scene_theta.group_of(i) in groups], np.int64)
+
+
+def tolerance_scale(theta: np.ndarray) -> np.ndarray:
+    """(N_THETA,) each component's tolerance in internal units (radians, m, units; albedos relative to theta)."""
+    out = np.zeros(len(scene_theta.NAMES))
+    for i in range(len(out)):
+        group = scene_theta.group_of(i)
+        tol = TOLERANCES[group]
+        out[i] = (math.radians(tol) if group in scene_theta.ANGLE_GROUPS
+                  else tol * max(abs(theta[i]), 1e-3) if group == "albedo" else tol)
+    return out
+
+
+def parameter_errors(theta: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """(N_THETA,) |theta - truth| per component in display units (degrees, m, units, relative)."""
+    out = np.abs(np.asarray(theta, np.float64) - np.asarray(truth, np.float64))
+    for i in range(len(out)):
+        group = scene_theta.group_of(i)
+        if group in scene_theta.ANGLE_GROUPS:
+            out[i] = math.degrees(out[i])
+        elif group == "albedo":
+            out[i] /= max(abs(truth[i]), 1e-12)
+    return out
+
+
+class InverseRender:
+    """Adam on theta against a target image: the basin phase's optimiser (one `step()` an iteration)."""
+
+    def __init__(self, target: np.ndarray, start: np.ndarray, truth: np.ndarray | None = None, width: int = 256,
+                 height: int = 128, camera: Camera = Camera(), settings: InvertSettings = InvertSettings(),
+                 held: tuple[int, ...] = ()):
+        from engine.theta_adam import ThetaAdam
+
+        check_settings(settings)
+        check_view(width, height)
+        self.settings, self.width, self.height, self.camera = settings, width, height, camera
+        self.truth = None if truth is None else np.asarray(truth, np.float64)
+        self.start = np.asarray(start, np.float64)
+        self.target = np.asarray(target, np.float32)
+        self.r = renderer()
+        self.r.set_view(camera, width, height)
+        self.r.set_compare(settings.compare)
+        self.r.set_loss(settings.loss, settings.levels, settings.edge_start)
+        self.r.set_target(self.target)
+        self.r.set_theta(self.start)
+        mask = scene_theta.mask(settings.groups)
+        mask[list(held)] = 0.0
+        self.opt = ThetaAdam(self.r.theta, mask, *scene_theta.limits(), lr=settings.lr)
+        self.iteration = 0
+        self.skipped = 0  # iterations whose gradient was not finite (no update)
+        self.losses: list[float] = []
+
+    def _schedule(self) -> tuple[float, float]:
+        """Silhouette width and learning rate at this iteration (one cosine over the iterations)."""
+        s = self.settings
+        frac = min(self.iteration / s.iterations, 1.0)
+        edge = 1.0 + (s.edge_start - 1.0) * max(0.0, 1.0 - frac / s.narrow_until)
+        lr = s.lr * (s.lr_end + (1.0 - s.lr_end) * 0.5 * (1.0 + math.cos(math.pi * frac)))
+        return edge, lr
+
+    def step(self) -> float:
+        """One iteration: loss and gradient at the current theta, then a masked, clamped Adam step."""
+        edge, self.opt.lr = self._schedule()
+        self.r.set_loss(self.settings.loss, self.settings.levels, edge)
+        loss, grad = self.r.loss_and_gradient()
+        if not (np.isfinite(loss) and np.all(np.isfinite(grad))):
+            self.opt.discard_gradient()
+            self.skipped += 1
+        self.opt.step()
+        self.losses.append(loss)
+        self.iteration += 1
+        return loss
+
+    def theta(self) -> np.ndarray:
+        return self.r.theta_values()
+
+    def image_loss(self, theta: np.ndarray | None = None) -> float:
+        """The plain full-resolution L2 image loss (1-pixel silhouettes) at theta (default: the current one)."""
+        return image_loss(self.r, self.theta() if theta is None else theta, self.settings)
+
+    def current_image(self) -> np.ndarray:
+        self.r.set_loss("l2", 1, 1.0)
+        return self.r.render()
+
+    def destroy(self) -> None:
+        self.opt.destroy()
+
+
+def image_loss(r, theta: np.ndarray, settings: InvertSettings) -> float:
+    """The plain full-resolution L2 image loss (1-pixel silhouettes) of renderer `r` at theta; r's theta is left
+    at `theta`, its loss settings at the plain loss."""
+    r.set_loss("l2", 1, 1.0)
+    r.set_theta(theta)
+    value = r.loss_value()
+    return value if math.isfinite(value) else math.inf
+
+
+def check_settings(s: InvertSettings) -> None:
+    if s.iterations < 1 or s.starts < 1 or s.start_iterations < 1 or s.lm_iterations < 0 or s.check_every < 1:
+        raise UserError("--iters, --starts and --start-iters must be at least 1, --lm-iters at least 0")
+    unknown = [g for g in s.groups if g not in scene_theta.GROUPS]
+    if unknown or not s.groups:
+        raise UserError(f"--optimise: unknown or no groups {', '.join(unknown)} (groups: "
+                        f"{', '.join(scene_theta.GROUPS)})")
+
+
+def spread_offsets(starts: int) -> list[float]:
+    """The starts' yaw offsets in degrees: 0 (the start itself), +SPREAD_DEG, -SPREAD_DEG, +2 SPREAD_DEG, ..."""
+    return [0.0 if k == 0 else SPREAD_DEG * ((k + 1) // 2) * (1.0 if k % 2 else -1.0) for k in range(starts)]
+
+
+def spread_starts(start: np.ndarray, starts: int) -> list[np.ndarray]:
+    """`start` with its yaw moved by each of `spread_offsets(starts)`."""
+    index = scene_theta.NAMES.index(SPREAD_NAME)
+    out = []
+    for offset in spread_offsets(starts):
+        theta = np.array(start, np.float64)
+        theta[index] += math.radians(offset)
+        out.append(theta)
+    return out
+
+
+def side_by_side(current: np.ndarray, target: np.ndarray, caption: str | None = None) -> np.ndarray:
+    """sRGB uint8 panel: target | current | |current - target| (x4, clipped), with `caption` drawn on top."""
+    from engine.image_io import caption_panel, srgb8
+
+    diff = np.clip(np.abs(current - target) * 4.0, 0.0, 1.0)
+    panel = np.concatenate([srgb8(target), srgb8(current), srgb8(diff)], axis=1)
+    return panel if caption is None else caption_panel(panel, caption, ("target", "current", "|difference| x4"))
+
+
+@dataclass
+class Recovery:
+    """The whole recovery of theta from `target` (module docstring), run by iterating `steps()`."""
+
+    target: np.ndarray
+    start: np.ndarray
+    truth: np.ndarray | None = None
+    width: int = 256
+    height: int = 128
+    camera: Camera = Camera()
+    settings: InvertSettings = InvertSettings()
+    losses: list[float] = field(default_factory=list)  # per step: the loss that step's optimiser minimised
+    image_losses: list[tuple[int, float]] = field(default_factory=list)  # (step, full-resolution image loss)
+    errors: list[list[float]] = field(default_factory=list)  # per step: parameter_errors (when the truth is known)
+    marks: list[tuple[int, str]] = field(default_factory=list)  # (step, what began there)
+    diverged_at: int | None = None
+    target_noise: float = 0.0  # the image loss the target leaves at the true pose (an 8-bit PNG's rounding)
+
+    def __post_init__(self) -> None:
+        check_settings(self.settings)
+        check_view(self.width, self.height)
+        self.start = np.asarray(self.start, np.float64)
+        self.truth = None if self.truth is None else np.asarray(self.truth, np.float64)
+        self.target = np.asarray(self.target, np.float32)
+        self.free = optimised_indices(self.settings.groups)
+        self.held: tuple[int, ...] = ()
+        self.best_theta, self.best_loss = self.start.copy(), math.inf
+        self.start_loss = math.nan
+        self.identify_start: Identifiability | None = None
+        self.identify_final: Identifiability | None = None
+        self.multistart: dict = {"starts": 1}
+        self.lm_record: dict = {"steps": 0}
+        self.current = self.start.copy()
+        self.interrupted = False
+        self.finished = False
+
+    # -- bookkeeping -----------------------------------------------------------------------------------
+    @property
+    def step_count(self) -> int:
+        return len(self.losses)
+
+    def _record(self, loss: float, theta: np.ndarray) -> None:
+        self.losses.append(float(loss))
+        self.current = np.asarray(theta, np.float64)
+        if self.truth is not None:
+            self.errors.append(parameter_errors(theta, self.truth).tolist())
+
+    def _check(self, r, theta: np.ndarray, candidate: bool = True) -> float:
+        """The full-resolution image loss at theta, kept as the best iterate if it is the lowest so far (and
+        `candidate`: a diverged iterate never is, however well a pose flung out of view matches)."""
+        value = image_loss(r, theta, self.settings)
+        self.image_losses.append((self.step_count, value))
+        if candidate and value < self.best_loss:
+            self.best_theta, self.best_loss = np.array(theta, np.float64), value
+        return value
+
+    def _identify(self, r, theta: np.ndarray) -> Identifiability:
+        r.set_loss("l2", 1, 1.0)
+        r.set_theta(theta)
+        _, jac = r.image_jacobian()
+        return identifiability(jac[..., self.free].reshape(-1, len(self.free)), tolerance_scale(theta)[self.free])
+
+    def _hold_undetermined(self, ident: Identifiability, theta: np.ndarray) -> np.ndarray:
+        """Hold the parameters `ident` finds undetermined at their start; returns theta with them put back."""
+        self.held = tuple(int(self.free[k]) for k in np.flatnonzero(~ident.determined))
+        theta = np.array(theta, np.float64)
+        theta[list(self.held)] = self.start[list(self.held)]
+        if self.held:
+            log.info("unidentifiable from this picture, held at the start: %s",
+                     ", ".join(scene_theta.NAMES[i] for i in self.held))
+        return theta
+
+    # -- the phases ------------------------------------------------------------------------------------
+    def steps(self, stop: Callable[[], bool] | None = None) -> Iterator[str]:
+        """Run the recovery, yielding the phase's name after every step; a truthy `stop()` ends it (interrupted)."""
+        stopped = stop or (lambda: False)
+        r = renderer()
+        r.set_view(self.camera, self.width, self.height)
+        r.set_compare(self.settings.compare)
+        r.set_target(self.target)
+        self.start_loss = self._check(r, self.start)
+        self.marks.append((0, "identify"))
+        self.identify_start = self._identify(r, self.start)
+        theta = self._hold_undetermined(self.identify_start, self.start)
+        yield "identify"
+        for phase in (self._multistart(theta), self._adam(), self._polish(r)):
+            for name in phase:
+                yield name
+                if stopped():
+                    self.interrupted = True
+                    break
+            if self.interrupted:
+                break
+        if not self.interrupted:
+            self.identify_final = self._identify(r, self.best_theta)
+        r.set_theta(self.best_theta)
+        self.finished = True
+
+    def _multistart(self, theta: np.ndarray) -> Iterator[str]:
+        s = self.settings
+        yaw = scene_theta.NAMES.index(SPREAD_NAME)
+        starts = s.starts if yaw in self.free and yaw not in self.held else 1
+        self._fit_start = theta
+        if starts == 1:
+            return
+        runs, candidates = [], spread_starts(theta, starts)
+        short = min(s.start_iterations, s.iterations)
+        for k, (offset, candidate) in enumerate(zip(spread_offsets(starts), candidates)):
+            self.marks.append((self.step_count, f"start {k + 1}/{starts} (yaw {offset:+g} deg)"))
+            inv = InverseRender(self.target, candidate, self.truth, self.width, self.height, self.camera, s, self.held)
+            try:
+                while inv.iteration < short:
+                    loss = inv.step()
+                    self._record(loss, inv.theta())
+                    yield "multi-start"
+                runs.append({"yaw_offset_deg": offset, "iterations": inv.iteration,
+                             "image_loss": self._check(inv.r, inv.theta())})
+            finally:
+                inv.destroy()
+        picked = min(range(len(runs)), key=lambda k: runs[k]["image_loss"])
+        self.multistart = {"starts": starts, "iterations": short, "runs": runs, "picked": picked,
+                           "spread": {"parameter": SPREAD_NAME, "step_deg": SPREAD_DEG}}
+        self._fit_start = candidates[picked]
+
+    def _adam(self) -> Iterator[str]:
+        s = self.settings
+        self.marks.append((self.step_count, "Adam (pyramid, wide edges)"))
+        inv = InverseRender(self.target, self._fit_start, self.truth, self.width, self.height, self.camera, s,
+                            self.held)
+        try:
+            while inv.iteration < s.iterations:
+                loss = inv.step()
+                theta = inv.theta()
+                self._record(loss, theta)
+                if inv.iteration % s.check_every == 0 or inv.iteration == s.iterations:
+                    moved = np.max(np.abs(theta - self.start) / tolerance_scale(self.start))
+                    value = self._check(inv.r, theta, candidate=moved <= DIVERGE_TOLERANCES)
+                    inv.r.set_theta(theta)
+                    if not math.isfinite(value) or value > DIVERGE_FACTOR * self.start_loss \
+                            or moved > DIVERGE_TOLERANCES:
+                        self.diverged_at = self.step_count
+                        self.marks.append((self.step_count, "Adam diverged: back to the best iterate"))
+                        yield "Adam"
+                        return
+                yield "Adam"
+        finally:
+            inv.destroy()
+
+    def _polish(self, r) -> Iterator[str]:
+        """Levenberg-Marquardt from the best iterate; a step is kept only if the image loss falls."""
+        s = self.settings
+        if s.lm_iterations == 0:
+            return
+        self.marks.append((self.step_count, "Levenberg-Marquardt"))
+        ident = self._identify(r, self.best_theta)
+        theta = self._hold_undetermined(ident, self.best_theta)
+        free = np.array([i for i in self.free if i not in self.held], np.int64)
+        lo, hi = scene_theta.limits()
+        target = self.target.astype(np.float64)
+
+        def objective(th: np.ndarray) -> float:
+            r.set_theta(th)
+            r.set_loss("l2", 1, 1.0)
+            r.record()
+            res, _ = pyramid_residual(r.image_numpy(), target, None, LM_LEVELS)
+            return 0.5 * float(res @ res) if np.all(np.isfinite(res)) else math.inf
+
+        damping, current, taken, last_step = 1e-3, objective(theta), 0, None
+        for _ in range(s.lm_iterations):
+            r.set_theta(theta)
+            image, jac = r.image_jacobian()
+            res, jf = pyramid_residual(image, target, jac[..., free], LM_LEVELS)
+            improved = False
+            while damping < 1e8:
+                step = lm_step(jf, res, damping)
+                trial = np.array(theta)
+                trial[free] = np.clip(trial[free] + step, lo[free], hi[free])
+                value = objective(trial)
+                if value < current:
+                    last_step = np.abs(trial - theta)[free] / tolerance_scale(theta)[free]
+                    theta, current, improved = trial, value, True
+                    damping = max(damping / 3.0, 1e-7)
+                    break
+                damping *= 4.0
+            if not improved:
+                break
+            taken += 1
+            self._record(current, theta)
+            self._check(r, theta)
+            yield "Levenberg-Marquardt"
+            if last_step is not None and last_step.max() < 1e-3:  # steps of a thousandth of a tolerance: done
+                break
+        self.lm_record = {"steps": taken, "final_damping": damping, "residual_loss": current,
+                          "last_step_in_tolerances": None if last_step is None else float(last_step.max())}
+
+    # -- the verdict -----------------------------------------------------------------------------------
+    def verdict(self) -> dict:
+        """status, the criteria that decided it, per-parameter identifiability and errors (module docstring)."""
+        if not self.finished:
+            raise RuntimeError("Recovery.verdict: run steps() first")
+        theta = self.best_theta
+        n = self.width * self.height
+        ident = self.identify_final or self.identify_start
+        determined = {int(self.free[k]) for k in np.flatnonzero(ident.determined)} - set(self.held)
+        unidentifiable = [scene_theta.NAMES[i] for i in self.free if i not in determined]
+        visible = [k for k in range(len(self.free)) if int(self.free[k]) in determined]
+        # the image loss a one-tolerance error of the least visible determined parameter would leave
+        floor = 0.5 * min((ident.sensitivity[k] for k in visible), default=0.0) / (3.0 * n)
+        # the target's own noise, with three standard deviations of its mean over 3n values (uniform rounding)
+        noise = self.target_noise * (1.0 + 3.0 * math.sqrt(0.8 / (3.0 * n)))
+        image_ok = self.best_loss <= noise + floor
+        record = {
+            "image_criterion": {"final_loss": self.best_loss, "start_loss": self.start_loss,
+                                "loss_of_one_tolerance": floor, "target_noise": noise, "met": bool(image_ok),
+                                "orders": math.log10(self.start_loss / self.best_loss) if self.best_loss > 0 else math.inf},
+            "last_step_in_tolerances": self.lm_record.get("last_step_in_tolerances"),
+            "unidentifiable": unidentifiable,
+            "identifiability": {scene_theta.NAMES[int(i)]: {
+                "determined": int(i) in determined, "sensitivity": float(ident.sensitivity[k]),
+                "alone": float(ident.alone[k]), "held_at_start": int(i) in self.held}
+                for k, i in enumerate(self.free)},
+            "identifiability_threshold": NOISE_FLOOR,
+            "tolerances": TOLERANCES,
+        }
+        off: dict[str, float] = {}
+        if self.truth is not None:
+            errors = parameter_errors(theta, self.truth)
+            off = {scene_theta.NAMES[i]: float(errors[i]) for i in sorted(determined)
+                   if errors[i] > TOLERANCES[scene_theta.group_of(i)]}
+            record["truth_criterion"] = {"met": not off, "off": off}
+            converged = not off
+            record["decided_by"] = "truth: every determined parameter within its tolerance"
+        else:
+            converged = image_ok
+            record["decided_by"] = "image: loss below that of a one-tolerance error"
+        if self.interrupted:
+            status = "interrupted"
+        elif converged:
+            status = "converged"
+        elif self.diverged_at is not None:
+            status = "diverged"
+        else:
+            status = "not_converged"
+        return {"status": status, **record, "off": off, "diverged_at_step": self.diverged_at}
+
+
+def verdict_line(verdict: dict) -> str:
+    """One line: the status and what is off by how much (or the image criterion when the truth is unknown)."""
+    status = verdict["status"]
+    unid = verdict["unidentifiable"]
+    tail = f"; unidentifiable (held at the start): {', '.join(unid)}" if unid else ""
+    if status == "converged":
+        return f"CONVERGED{tail}"
+    off = verdict["off"]
+    units = {g: scene_theta.UNITS[g] for g in scene_theta.GROUPS}
+    if off:
+        what = ", ".join(f"{name} off by {value:.3g} {units[scene_theta.group_of(scene_theta.NAMES.index(name))]}"
+                         f" (tolerance {TOLERANCES[scene_theta.group_of(scene_theta.NAMES.index(name))]:g})"
+                         for name, value in off.items())
+    else:
+        image = verdict["image_criterion"]
+        what = (f"image loss {image['final_loss']:.3e} above {image['target_noise'] + image['loss_of_one_tolerance']:.3e}"
+                f" (the target's noise plus the loss a one-tolerance error would leave)")
+    return f"{status.upper().replace('_', ' ')}: {what}{tail}"

@@ -1,0 +1,115 @@
+"""Levenberg-Marquardt steps and identifiability for a least-squares image residual (host numpy, ~20 unknowns).
+
+The inverse render's unknowns are a few scene parameters; its residual is an image (tens of
+thousands of numbers) whose exact Jacobian the differentiable renderer gives per pixel
+(`engine.diff_render.DiffRenderer.image_jacobian`). With so few unknowns the normal equations
+are tiny, so the solve, the damping and the sensitivity analysis are plain numpy here.
+
+    residual, jac = pyramid_residual(image, target, image_jac, levels=(0, 1))   # 0.5 |r|^2 = the image loss
+    step = lm_step(jac, residual, damping=1e-3)                                  # solve (J^T J + l D) s = -J^T r
+    report = identifiability(jac, scale=tolerances, floor=NOISE_FLOOR)            # which unknowns the image fixes
+
+`pyramid_residual` weighs each level as `engine.kernels.image_loss` does (L2: 0.5 w d^2 over
+3 n_l channel values, levels averaged), so 0.5 |r|^2 equals the renderer's own loss. The
+pyramid is the 2x2 box average of `engine.kernels.image_loss.downsample`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# An 8-bit PNG step (1/255) in one channel of one pixel, squared: moving a parameter by its tolerance
+# (the others re-fitted) must change the image by at least this much in sum of squares for the
+# image to determine that parameter. Smaller changes are below what a picture of the scene can record.
+NOISE_FLOOR = (1.0 / 255.0) ** 2
+
+
+def box_halve(a: np.ndarray) -> np.ndarray:
+    """(H, W, ...) -> (H // 2, W // 2, ...): the mean of each 2x2 block (the pyramid's downsample)."""
+    h, w = a.shape[0] // 2, a.shape[1] // 2
+    a = a[:2 * h, :2 * w]
+    return 0.25 * (a[0::2, 0::2] + a[1::2, 0::2] + a[0::2, 1::2] + a[1::2, 1::2])
+
+
+def pyramid_residual(image: np.ndarray, target: np.ndarray, jac: np.ndarray | None,
+                     levels: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The stacked residual of `levels` and, if `jac` is given, its Jacobian.
+
+    Args:
+        image, target: (H, W, 3) float arrays (linear RGB).
+        jac: (H, W, 3, K) d image / d unknowns, or None (residual only).
+        levels: pyramid levels in the residual (0 = full resolution, l = 2^l times coarser).
+    Returns:
+        r: (M,) float64 with 0.5 * r @ r == the mean of the levels' L2 losses; J: (M, K) float64 or None.
+    """
+    image, target = np.asarray(image, np.float64), np.asarray(target, np.float64)
+    jac = None if jac is None else np.asarray(jac, np.float64)
+    rs, js = [], []
+    for level in range(max(levels) + 1):
+        if level in levels:
+            scale = np.sqrt(1.0 / (image[..., 0].size * 3 * len(levels)))
+            rs.append(((image - target) * scale).reshape(-1))
+            if jac is not None:
+                js.append((jac * scale).reshape(-1, jac.shape[-1]))
+        image, target = box_halve(image), box_halve(target)
+        jac = None if jac is None else box_halve(jac)
+    return np.concatenate(rs), (np.concatenate(js) if js else None)
+
+
+def lm_step(jac: np.ndarray, residual: np.ndarray, damping: float) -> np.ndarray:
+    """The Levenberg-Marquardt step s solving (J^T J + damping * diag(J^T J)) s = -J^T r.
+
+    Marquardt's diagonal scaling makes the step independent of each unknown's units; a zero
+    column (an unknown the residual does not see) gets a zero step rather than a singular solve.
+    """
+    h = jac.T @ jac
+    g = jac.T @ residual
+    diag = np.diag(h).copy()
+    seen = diag > 1e-12 * max(float(diag.max(initial=0.0)), 1e-300)
+    step = np.zeros(len(g))
+    if seen.any():
+        hs = h[np.ix_(seen, seen)] + damping * np.diag(diag[seen])
+        step[seen] = -np.linalg.lstsq(hs, g[seen], rcond=None)[0]
+    return step
+
+
+@dataclass(frozen=True)
+class Identifiability:
+    """Per unknown: the sum-of-squares change of the image when it moves by its `scale` and every other
+    unknown re-fits to hide the move (the Schur complement 1 / (H^-1)_ii of the scaled Gauss-Newton
+    matrix H = (J S)^T (J S), computed as the squared residual of its column after least squares on the
+    others); `determined` where that is at least `floor`."""
+    sensitivity: np.ndarray  # (K,) the Schur complements, image sum of squares per scale^2
+    alone: np.ndarray  # (K,) H_ii: the same change if no other unknown compensates
+    determined: np.ndarray  # (K,) bool
+    eigenvalues: np.ndarray  # (K,) of H, ascending
+    floor: float
+
+
+def identifiability(jac: np.ndarray, scale: np.ndarray, floor: float = NOISE_FLOOR) -> Identifiability:
+    """Which unknowns the image determines, from its unweighted per-pixel Jacobian.
+
+    Args:
+        jac: (M, K) d image values / d unknowns (per pixel channel, not weighted by 1/n).
+        scale: (K,) the size of a move that matters for each unknown (its tolerance).
+        floor: the smallest image change (sum of squares) that a picture records.
+    """
+    js = np.asarray(jac, np.float64) * np.asarray(scale, np.float64)[None, :]
+    h = js.T @ js
+    alone = np.diag(h).copy()
+    k = len(alone)
+    sensitivity = np.zeros(k)
+    for i in np.flatnonzero(alone > 0.0):
+        # what of column i the other columns cannot reproduce: least squares on J itself, not on H, whose
+        # squared condition number would lose a nearly collinear pair to rounding
+        others = np.delete(js, i, axis=1)
+        if others.shape[1]:
+            coef = np.linalg.lstsq(others, js[:, i], rcond=None)[0]
+            rest = js[:, i] - others @ coef
+        else:
+            rest = js[:, i]
+        sensitivity[i] = float(rest @ rest)
+    eigenvalues = np.linalg.eigvalsh(h) if k else np.zeros(0)
+    return Identifiability(sensitivity=sensitivity, alone=alone, determined=sensitivity >= floor,
+                           eigenvalues=eigenvalues, floor=floor)
