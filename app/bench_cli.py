@@ -13,10 +13,11 @@ BENCHMARKS: dict[str, str] = {  # name -> "module:function"
     "gui_fps": "bench.gui_fps:main",
     "batch": "bench.batch:main",
     "invert": "bench.invert:main",
+    "invert_sweep": "bench.invert_sweep:main",
 }
 NEEDS_DISPLAY = {"gui_fps"}  # left out of `all`, which must run on a headless GPU machine
 NEEDS_RAY = {"batch"}  # left out of `all` too: the GPU check's wheels carry no Ray (the `batch` extra)
-CPU_PEER = {"invert"}  # left out of `all` too: a CPU-only comparison (Dr.Jit LLVM), minutes of compiles and children
+CPU_PEER = {"invert", "invert_sweep"}  # left out of `all` too: a CPU-only comparison (Dr.Jit LLVM), minutes of compiles and children
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

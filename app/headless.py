@@ -29,9 +29,9 @@ from engine.errors import EXIT_INTERNAL, EXIT_OK, EXIT_RESULT_BAD, Interrupted, 
 from engine.worker import BackendWorker, WorkerUserError
 
 PASS, FAIL = "\u2713", "\u2717"
-OUTPUTS = ("report.json", "raymarch_*.png", "fit_*.obj", "launch_overhead.md", "pose_recovery.png")  # claims' files
+OUTPUTS = ("report.json", "raymarch_*.png", "fit_*.obj", "launch_overhead.md", "pose_recovery_t*.png")  # claims' files
 RENDER_CLAIMS = ("render_gradcheck", "render_grad_parity", "pose_recovery",  # use the shared differentiable renderer
-                 "pose_recovery_png")
+                 "pose_recovery_png", "invert_verdict")
 log = logging.getLogger(__name__)
 
 

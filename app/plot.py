@@ -18,12 +18,16 @@ SIZE_IN, DPI = (8.0, 4.8), 100  # the PNG: 800x480 pixels
 
 
 def write_loss_plot(stem: str | Path, losses: Sequence[float], title: str, mark: tuple[int, str] | None = None,
-                    ylabel: str = LOSS_LABEL) -> list[Path]:
+                    ylabel: str = LOSS_LABEL, marks: Sequence[tuple[int, str]] = (),
+                    points: Sequence[tuple[int, float]] = (), points_label: str = "",
+                    losses_label: str = "loss") -> list[Path]:
     """Write `stem`.png and `stem`.svg (atomically); return their paths.
 
     `losses[i]` is the loss at iteration i (before its update); non-positive and non-finite
     values are left out of the log-scale curve. `mark=(iteration, text)` draws a labelled
-    vertical line there (e.g. `(412, "diverged")`).
+    vertical line there (e.g. `(412, "diverged")`); `marks` are lighter labelled lines where a phase began
+    (a schedule or pyramid change); `points` ((iteration, value) pairs, labelled `points_label`) a second
+    series drawn with markers (e.g. the full-resolution image loss at its checks).
 
         write_loss_plot("out/fit/loss", [0.1, 0.05, 0.01], "Chamfer loss, spot")
     """
@@ -32,25 +36,68 @@ def write_loss_plot(stem: str | Path, losses: Sequence[float], title: str, mark:
 
     # SVG text stays text (searchable, editable); fixed ids and no date: the same run gives the same bytes
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "shannon-autograd"}):
-        return _draw(Figure(figsize=SIZE_IN, dpi=DPI, layout="constrained"), Path(stem), losses, title, mark, ylabel)
+        figure = Figure(figsize=SIZE_IN, dpi=DPI, layout="constrained")
+        axes = figure.add_subplot()
+        curve = _positive(enumerate(losses))
+        if curve:
+            axes.plot(*zip(*curve), color="#c0392b", linewidth=1.5, label=losses_label)
+        checks = _positive(points)
+        if checks:
+            axes.plot(*zip(*checks), color="#2c3e50", marker="o", markersize=3, linewidth=1.0, label=points_label)
+        if curve or checks:
+            axes.set_yscale("log")
+        else:
+            axes.text(0.5, 0.5, "no finite positive loss to plot", transform=axes.transAxes, ha="center")
+        _marks(axes, marks)
+        if mark is not None:
+            axes.axvline(mark[0], color="#555555", linestyle="--", linewidth=1.0,
+                         label=f"{mark[1]} at iteration {mark[0]}")
+        if curve or checks or mark is not None:
+            axes.legend(loc="best", fontsize="small")
+        return _finish(figure, axes, Path(stem), "iteration", ylabel, title)
 
 
-def _draw(figure, stem: Path, losses: Sequence[float], title: str, mark: tuple[int, str] | None,
-          ylabel: str) -> list[Path]:
-    axes = figure.add_subplot()
-    points = [(i, value) for i, value in enumerate(losses) if value > 0 and math.isfinite(value)]
-    if points:
-        axes.plot(*zip(*points), color="#c0392b", linewidth=1.5, label="loss")
-        axes.set_yscale("log")
-    else:
-        axes.text(0.5, 0.5, "no finite positive loss to plot", transform=axes.transAxes, ha="center")
-    if mark is not None:
-        axes.axvline(mark[0], color="#555555", linestyle="--", linewidth=1.0, label=f"{mark[1]} at iteration {mark[0]}")
-    if points or mark is not None:
-        axes.legend(loc="best")
-    axes.set_xlabel("iteration")
-    axes.set_ylabel(ylabel)
-    axes.set_title(title)
+def write_error_plot(stem: str | Path, errors: dict[str, Sequence[float]], units: dict[str, str],
+                     tolerances: dict[str, float], title: str, marks: Sequence[tuple[int, str]] = ()) -> list[Path]:
+    """Write `stem`.png/.svg: one panel per group, its largest parameter error per iteration (log scale, in
+    the group's unit) with its tolerance as a dashed line; `marks` as in `write_loss_plot`."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "shannon-autograd"}):
+        figure = Figure(figsize=(SIZE_IN[0], 1.9 * max(len(errors), 1)), dpi=DPI, layout="constrained")
+        panels = figure.subplots(max(len(errors), 1), 1, sharex=True, squeeze=False)[:, 0]
+        for axes, (group, values) in zip(panels, errors.items()):
+            curve = _positive(enumerate(values))
+            if curve:
+                axes.plot(*zip(*curve), color="#2471a3", linewidth=1.5, label=f"{group} (largest)")
+                axes.set_yscale("log")
+            axes.axhline(tolerances[group], color="#27ae60", linestyle="--", linewidth=1.0,
+                         label=f"tolerance {tolerances[group]:g} {units[group]}")
+            _marks(axes, marks, labels=False)
+            axes.set_ylabel(units[group])
+            axes.legend(loc="upper right", fontsize="small")
+            axes.grid(True, which="major", alpha=0.4)
+        return _finish(figure, panels[-1], Path(stem), "iteration", None, title, top=panels[0])
+
+
+def _positive(pairs) -> list[tuple[int, float]]:
+    return [(i, v) for i, v in pairs if v > 0 and math.isfinite(v)]
+
+
+def _marks(axes, marks: Sequence[tuple[int, str]], labels: bool = True) -> None:
+    for k, (iteration, text) in enumerate(marks):
+        axes.axvline(iteration, color="#999999", linestyle=":", linewidth=1.0)
+        if labels:
+            axes.annotate(text, (iteration, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                          va="top", ha="right", color="#555555")
+
+
+def _finish(figure, axes, stem: Path, xlabel: str, ylabel: str | None, title: str, top=None) -> list[Path]:
+    axes.set_xlabel(xlabel)
+    if ylabel is not None:
+        axes.set_ylabel(ylabel)
+    (top or axes).set_title(title)
     axes.grid(True, which="major", alpha=0.4)
     axes.grid(True, which="minor", alpha=0.15)
     written = []

@@ -31,6 +31,7 @@ REGISTRY: dict[str, str] = {
     "bvh_refit_vs_rebuild": "engine.triangle_bvh:run_refit_vs_rebuild",
     "render_gradient": "engine.diff_render:run_render_gradient",
     "render_gradcheck": "engine.diff_render:run_render_gradcheck",
+    "render_jacobian": "engine.diff_render:run_render_jacobian",
     "adjoint_checks": "engine.adjoint_checks:run_adjoint_checks",
     "soft_min_stability": "engine.adjoint_checks:run_soft_min_stability",
     "kinematics_check": "engine.adjoint_checks:run_kinematics_check",

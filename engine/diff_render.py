@@ -347,6 +347,35 @@ class DiffRenderer:
         self.tape.backward(self.loss)
         return float(self.loss[None]), self.theta.grad.to_numpy().astype(np.float64)
 
+    def image_jacobian(self) -> tuple[np.ndarray, np.ndarray]:
+        """The image at the current theta and its exact Jacobian d image / d theta, per pixel.
+
+        Returns (image (H, W, 3) float32, jacobian (H, W, 3, N_THETA) float64). One taped render and
+        three reverse passes, one per colour channel with that channel's image gradient seeded with 1:
+        every slot's row of `theta_slots.grad` is then d(its pixel's channel)/d theta, because a pixel's
+        image depends only on its own slots (shade, soft minimum and compose are per pixel); the rows
+        are summed per pixel. The loss's own gradient is sum_p dloss_p . J_p (a test checks it)."""
+        has_target, self.has_target = self.has_target, False
+        self.tape.reset()
+        try:
+            with self.tape:
+                self.record()
+        finally:
+            self.has_target = has_target
+        n = self.n_px
+        pixel = self.slot_pos.to_numpy()[:self.n_slots] % n
+        jac = np.zeros((n, 3, N_THETA), np.float64)
+        seed = np.zeros((self.image.shape[0], 3), np.float32)
+        for channel in range(3):
+            self.tape.zero_grad()
+            seed[:] = 0.0
+            seed[:n, channel] = 1.0
+            self.image.grad.from_numpy(seed)
+            self.tape.backward(None)
+            np.add.at(jac[:, channel, :], pixel, self.theta_slots.grad.to_numpy()[:self.n_slots])
+        self.tape.reset()
+        return self.image_numpy(), jac.reshape(self.height, self.width, 3, N_THETA)
+
     def loss_value(self) -> float:
         """The loss at the current theta, no gradient."""
         if not self.has_target:
@@ -525,6 +554,38 @@ def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarra
     if edges:
         out["edges"] = edge_mask(r)
     return out
+
+
+def run_render_jacobian(theta: np.ndarray, target: np.ndarray, width: int, height: int, max_width: int = 512,
+                        max_height: int = 256) -> dict:
+    """The computation "render_jacobian": the image Jacobian (`DiffRenderer.image_jacobian`) at theta, its
+    contraction with the L2 loss's image gradient ("contracted", which must equal "grad", the tape's own
+    d loss / d theta), and central differences of the image in theta ("fd", float64 steps as set in float32)
+    with the pixels where the image is smooth in theta ("smooth")."""
+    r = shared_renderer(max_width, max_height)
+    r.set_view(Camera(), int(width), int(height))
+    r.set_loss("l2", 1, 1.0)
+    r.set_theta(theta)
+    r.set_target(target)
+    image, jac = r.image_jacobian()
+    smooth = smooth_mask(r)
+    loss, grad = r.loss_and_gradient()
+    dloss = (image.astype(np.float64) - np.asarray(target, np.float64)) / (3.0 * r.n_px)  # d(0.5 mean d^2)/d image
+    fd = np.zeros_like(jac)
+    base = np.asarray(theta, np.float64)
+    for i in range(N_THETA):
+        plus, minus = base.copy(), base.copy()
+        plus[i] += fd_step(i)
+        minus[i] -= fd_step(i)
+        plus32, minus32 = plus.astype(np.float32), minus.astype(np.float32)
+        r.set_theta(plus32)
+        high = r.render().astype(np.float64)
+        r.set_theta(minus32)
+        low = r.render().astype(np.float64)
+        fd[..., i] = (high - low) / (float(plus32[i]) - float(minus32[i]))
+    r.set_theta(base)
+    return {"jac": jac, "contracted": np.einsum("hwc,hwck->k", dloss, jac), "grad": grad, "loss": np.float64(loss),
+            "fd": fd, "smooth": smooth, "image": image}
 
 
 def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, height: int,

@@ -200,3 +200,21 @@ def diff_heatmap_range(atol: float) -> tuple[float, float]:
 def heatmap_colours() -> np.ndarray:
     """`heatmap`'s colour stops from `lo` to `hi`, evenly spaced: (N, 3) float64 in [0, 1]."""
     return _RAMP[:-1].copy()
+
+
+def caption_panel(panel: np.ndarray, caption: str, labels: Sequence[str] = ()) -> np.ndarray:
+    """An sRGB uint8 (H, W, 3) panel with a strip above it: `caption` on the left, and each of `labels`
+    over its equal-width column (e.g. target | current | difference)."""
+    from PIL import ImageDraw, ImageFont
+
+    panel = np.asarray(panel, np.uint8)
+    strip = 14 if not labels else 26
+    image = Image.new("RGB", (panel.shape[1], panel.shape[0] + strip), (24, 24, 24))
+    image.paste(Image.fromarray(panel), (0, strip))
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.load_default()
+    draw.text((3, 1), caption, fill=(235, 235, 235), font=font)
+    width = panel.shape[1] / max(len(labels), 1)
+    for k, label in enumerate(labels):
+        draw.text((int(k * width) + 3, 13), label, fill=(180, 200, 255), font=font)
+    return np.asarray(image)

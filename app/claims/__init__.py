@@ -17,4 +17,5 @@ CLAIMS: dict[str, str] = {
     "render_grad_parity": "app.claims.render_grad_parity",
     "pose_recovery": "app.claims.pose_recovery",
     "pose_recovery_png": "app.claims.pose_recovery_png",
+    "invert_verdict": "app.claims.invert_verdict",
 }
