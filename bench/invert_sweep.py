@@ -13,6 +13,7 @@ table per frame and a summary; exit 1 also when fewer than --goal of the runs re
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import statistics
 import tempfile
@@ -100,7 +101,8 @@ def main(argv: list[str]) -> int:
     rows: list[dict] = []
     started = time.perf_counter()
     jobs = [(t, s) for t in frames for s in seeds]
-    with ProcessPoolExecutor(options.workers, initializer=_worker_init, initargs=(options.arch,)) as pool, \
+    spawn = multiprocessing.get_context("spawn")  # fresh interpreters: nothing of this process's Taichi state
+    with ProcessPoolExecutor(options.workers, spawn, initializer=_worker_init, initargs=(options.arch,)) as pool, \
             bar(total=len(jobs), desc="invert sweep") as progress:
         futures = []
         for t, s in jobs:

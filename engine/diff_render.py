@@ -51,10 +51,7 @@ import taichi as ti
 from engine.autodiff.tape import Tape
 from engine.errors import UserError
 from engine.fields import FieldGroup
-from engine.kernels import image_loss as il
-from engine.kernels import raymarch_grad as rg
-from engine.kernels import raymarch as rk
-from engine.kernels import reduce as red
+from engine.kernels import image_loss, raymarch, raymarch_grad, reduce
 from engine.kernels.kinematics import N_THETA, kinematics
 from engine.kernels.softmin import soft_min_layers
 from engine.kernels.straight_through import substitute_image
@@ -62,7 +59,7 @@ from engine.launch import custom, dispatch, launch, recording
 from engine.render import Camera, camera_params, check_size
 
 MAX_LEVELS = 4  # pyramid levels allocated (level l is 2^l times coarser)
-# Slots allocated per pixel (`rg.march_pixels` / `reduce.compact`): the hit (at most one per pixel) and
+# Slots allocated per pixel (`raymarch_grad.march_pixels` / `reduce.compact`): the hit (at most one per pixel) and
 # room for edge layers on half the pixels (measured at 1024x512: edge layers on 1.7 % of the pixels).
 # A view with more drops the edge layers past the room (logged), rather than allocate 3 slots per pixel.
 SLOTS_PER_PIXEL = 1.5
@@ -93,30 +90,30 @@ class DiffRenderer:
         self.theta = g.field(ti.f32, (N_THETA,), needs_grad=True)
         self.theta_fixed = g.field(ti.f32, (N_THETA,))  # the hold's copy: no gradient, so its adjoints skip theta
         self.theta_slots = g.field(ti.f32, (max_slots, N_THETA), needs_grad=True)
-        self.theta_partial = g.field(ti.f32, (-(-max_slots // red.BLOCK), N_THETA))
-        self.cam = g.field(ti.f32, (rg.N_CAM,))
+        self.theta_partial = g.field(ti.f32, (-(-max_slots // reduce.BLOCK), N_THETA))
+        self.cam = g.field(ti.f32, (raymarch_grad.N_CAM,))
         g = FieldGroup()
         self.groups.append(g)
-        self.active = g.field(ti.i32, (rg.N_LAYERS * max_px,))  # per pixel slot: does that slot exist
+        self.active = g.field(ti.i32, (raymarch_grad.N_LAYERS * max_px,))  # per pixel slot: does that slot exist
         self.march_t = g.field(ti.f32, (max_px,))
-        self.march_edges = g.vector(2, ti.f32, (max_px, rg.N_LAYERS - 1))
+        self.march_edges = g.vector(2, ti.f32, (max_px, raymarch_grad.N_LAYERS - 1))
         self.slot_pos = g.field(ti.i32, (max_slots,))  # compact slot -> pixel slot (layer * n_px + px)
         self.slot_count = g.field(ti.i32, ())
-        self.compact_partial = g.field(ti.i32, (-(-rg.N_LAYERS * max_px // red.BLOCK),))
+        self.compact_partial = g.field(ti.i32, (-(-raymarch_grad.N_LAYERS * max_px // reduce.BLOCK),))
         self.held_t = g.field(ti.f32, (max_slots,))
         self.held_mat = g.field(ti.i32, (max_slots,))
         self.held_ao = g.field(ti.f32, (max_slots,))
         self.held_shadow = g.field(ti.f32, (max_slots,))
-        self.points = g.vector(3, ti.f32, (max_slots, rg.N_SAMPLES), needs_grad=True)
-        self.held_grad = g.vector(3, ti.f32, (max_slots, rg.N_SAMPLES))
+        self.points = g.vector(3, ti.f32, (max_slots, raymarch_grad.N_SAMPLES), needs_grad=True)
+        self.held_grad = g.vector(3, ti.f32, (max_slots, raymarch_grad.N_SAMPLES))
         g = FieldGroup()
         self.groups.append(g)
-        self.values = g.field(ti.f32, (max_slots, rg.N_SAMPLES), needs_grad=True)
-        self.colour = g.vector(3, ti.f32, (rg.N_LAYERS * max_px,), needs_grad=True)  # per pixel slot
-        self.ratio = g.field(ti.f32, (rg.N_LAYERS * max_px,), needs_grad=True)
+        self.values = g.field(ti.f32, (max_slots, raymarch_grad.N_SAMPLES), needs_grad=True)
+        self.colour = g.vector(3, ti.f32, (raymarch_grad.N_LAYERS * max_px,), needs_grad=True)  # per pixel slot
+        self.ratio = g.field(ti.f32, (raymarch_grad.N_LAYERS * max_px,), needs_grad=True)
         self.soft_ratio = g.field(ti.f32, (max_px,), needs_grad=True)
         self.soft_colour = g.vector(3, ti.f32, (max_px,), needs_grad=True)
-        self.weight = g.field(ti.f32, (max_px, rg.N_LAYERS - 1))
+        self.weight = g.field(ti.f32, (max_px, raymarch_grad.N_LAYERS - 1))
         self.images, self.targets, self.weights, self.terms, self.dloss, self.partials = [], [], [], [], [], []
         for level in range(MAX_LEVELS):
             n = max(max_px >> (2 * level), 1)
@@ -125,19 +122,21 @@ class DiffRenderer:
             self.weights.append(g.field(ti.f32, (n,)))
             self.terms.append(g.field(ti.f32, (n,), needs_grad=True))
             self.dloss.append(g.vector(3, ti.f32, (n,)))
-            self.partials.append(g.field(ti.f64, (-(-n // red.BLOCK),)))
+            self.partials.append(g.field(ti.f64, (-(-n // reduce.BLOCK),)))
         self.loss = g.field(ti.f64, (), needs_grad=True)
         # the forward-image comparison's (set_compare): a group of its own, after the others, so their
         # SNode ids (and so the offline cache of the kernels that use only them) stay as they were
         g = FieldGroup()
         self.groups.append(g)
         self.diff_image = g.vector(3, ti.f32, (max_px,), needs_grad=True)
-        self.forward_prm = g.field(ti.f32, (rk.N_PARAMS,))
-        # d(sample)/d theta per slot, kept by the hold for the backward (`rg.keep_jacobian`); last, for the same reason
+        self.forward_prm = g.field(ti.f32, (raymarch.N_PARAMS,))
+        # d(sample)/d theta per slot, kept by the hold for the backward (`raymarch_grad.keep_jacobian`); last, for
+        # the same reason
         g = FieldGroup()
         self.groups.append(g)
-        self.jacobian = g.field(ti.f32, (max_slots, rg.N_SAMPLES, rg.N_GEO))
-        self.scene = g.field(ti.f32, (rk.N_PARAMS,))  # theta's kinematics, packed (`raymarch.load_scene`), for the hold
+        self.jacobian = g.field(ti.f32, (max_slots, raymarch_grad.N_SAMPLES, raymarch_grad.N_GEO))
+        # theta's kinematics, packed (`raymarch.load_scene`), for the hold
+        self.scene = g.field(ti.f32, (raymarch.N_PARAMS,))
         for g in self.groups:
             g.finalize()
         self.image = self.images[0]
@@ -145,12 +144,12 @@ class DiffRenderer:
         self.width = self.height = 0
         self.edge_px = 1.0  # soft edges span this many pixel footprints
         self.kappa = DEFAULT_KAPPA
-        self.loss_kind = il.L2
+        self.loss_kind = image_loss.L2
         self.levels = 1
         self.has_target = False
         self.compare = "diff"
         self._forward = None  # engine.render.Renderer of the forward image, made on first use
-        self._cam_params = np.zeros(rg.N_CAM)
+        self._cam_params = np.zeros(raymarch_grad.N_CAM)
 
     # -- set-up ------------------------------------------------------------------------------
     def set_view(self, camera: Camera, width: int, height: int) -> None:
@@ -193,13 +192,14 @@ class DiffRenderer:
 
     def set_loss(self, kind: str = "l2", levels: int = 1, edge_px: float = 1.0, kappa: float = DEFAULT_KAPPA) -> None:
         """Loss kind ("l2" or "l1"), pyramid levels (1 = full resolution only), edge width, soft-min sharpness."""
-        if kind not in il.LOSS_KINDS:
-            raise UserError(f"loss '{kind}': choose one of {', '.join(il.LOSS_KINDS)}")
+        if kind not in image_loss.LOSS_KINDS:
+            raise UserError(f"loss '{kind}': choose one of {', '.join(image_loss.LOSS_KINDS)}")
         if not 1 <= levels <= MAX_LEVELS:
             raise UserError(f"pyramid levels {levels}: choose 1..{MAX_LEVELS}")
         if not (0.0 < edge_px <= 8.0 and kappa > 0.0):
             raise UserError(f"edge width {edge_px} must be in (0, 8] pixel footprints and kappa positive")
-        self.loss_kind, self.levels, self.edge_px, self.kappa = il.LOSS_KINDS[kind], int(levels), float(edge_px), kappa
+        self.loss_kind, self.levels = image_loss.LOSS_KINDS[kind], int(levels)
+        self.edge_px, self.kappa = float(edge_px), kappa
 
     def set_target(self, image: np.ndarray, weight: np.ndarray | None = None) -> None:
         """The target image: linear RGB (height, width, 3) of the current view's size; `weight` (height,
@@ -215,8 +215,8 @@ class DiffRenderer:
         self.weights[0].from_numpy(_padded(weight.reshape(-1), self.weights[0].shape[0]))
         for level in range(1, MAX_LEVELS):
             w, h = self._level_size(level - 1)
-            launch(il.downsample, self.targets[level - 1], w, h, self.targets[level])
-            launch(il.downsample, self.weights[level - 1], w, h, self.weights[level])
+            launch(image_loss.downsample, self.targets[level - 1], w, h, self.targets[level])
+            launch(image_loss.downsample, self.weights[level - 1], w, h, self.weights[level])
         self.has_target = True
 
     # -- evaluation --------------------------------------------------------------------------
@@ -235,7 +235,7 @@ class DiffRenderer:
         custom("render: march (untaped)", self._march, _no_adjoint, reads=[self.theta],
                writes=[self.scene, self.active, self.march_t, self.march_edges, self.slot_pos, self.slot_count])
         n_slots = self.n_slots
-        launch(red.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial,
+        launch(reduce.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial,
                name="render: theta per slot")
         taped = recording()  # (read here: a custom step's forward runs with the tape paused)
         custom("render: hold (untaped)", lambda: self._hold(taped), _no_adjoint,
@@ -244,13 +244,13 @@ class DiffRenderer:
                        self.held_grad, self.jacobian])
         custom("render: SDF at the held points", _already_evaluated, self._samples_adjoint,
                reads=[self.theta_slots, self.points, self.jacobian], writes=[self.values])
-        launch(rg.shade_slots, self.theta_slots, self.cam, self.width, self.height, self.slot_pos, n_slots,
+        launch(raymarch_grad.shade_slots, self.theta_slots, self.cam, self.width, self.height, self.slot_pos, n_slots,
                self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.held_grad,
                self.values, self.colour, self.ratio, name="render: shade slots (Newton step, edges, shadows)")
         launch(soft_min_layers, self.ratio, self.colour, self.active, n_px, self.kappa, self.soft_ratio,
                self.soft_colour, self.weight, name="render: soft minimum over edge layers")
         forward = self.compare == "forward"
-        launch(rg.compose, self.colour, self.active, self.soft_ratio, self.soft_colour, self.cam, self.width,
+        launch(raymarch_grad.compose, self.colour, self.active, self.soft_ratio, self.soft_colour, self.cam, self.width,
                self.height, self.edge_px, self.diff_image if forward else self.image, name="render: compose and tone-map")
         if forward:
             custom("render: the forward renderer's image (untaped)", self._forward_image, _no_adjoint,
@@ -262,12 +262,12 @@ class DiffRenderer:
 
     def _march(self) -> None:
         """Untaped: the kinematics, the march, and the list of the slots that exist (`n_slots` of them)."""
-        n_pixel_slots = rg.N_LAYERS * self.n_px
+        n_pixel_slots = raymarch_grad.N_LAYERS * self.n_px
         capacity = self.slot_pos.shape[0]
         launch(kinematics, self.theta, self.scene)
-        launch(rg.march_pixels, self.scene, self.cam, self.width, self.height, self.edge_px, self.active,
+        launch(raymarch_grad.march_pixels, self.scene, self.cam, self.width, self.height, self.edge_px, self.active,
                self.march_t, self.march_edges)
-        launch(red.compact, self.active, n_pixel_slots, capacity, self.compact_partial, self.slot_pos,
+        launch(reduce.compact, self.active, n_pixel_slots, capacity, self.compact_partial, self.slot_pos,
                self.slot_count)
         count = int(self.slot_count[None])
         if count > capacity:
@@ -279,20 +279,21 @@ class DiffRenderer:
     def _hold(self, jacobian: bool = True) -> None:
         """Untaped, after `_march`: hold every slot; then the SDF's spatial gradient at every held point, exactly,
         from the sample kernel's adjoint seeded with ones. With `jacobian` (a taped evaluation) that adjoint
-        reads the per-slot rows of theta and its parameter gradient is kept too (`rg.keep_jacobian`):
+        reads the per-slot rows of theta and its parameter gradient is kept too (`raymarch_grad.keep_jacobian`):
         the backward then needs no second SDF adjoint (`_samples_adjoint`); without, it reads the
         gradient-free copy of theta and computes no parameter gradient."""
         n_slots = self.n_slots
-        launch(rg.hold, self.scene, self.cam, self.width, self.height, self.slot_pos, n_slots, self.march_t,
+        launch(raymarch_grad.hold, self.scene, self.cam, self.width, self.height, self.slot_pos, n_slots, self.march_t,
                self.march_edges, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.values)
         self.theta_fixed.copy_from(self.theta)
         self.points.grad.fill(0.0)
-        launch(rg.seed_samples, self.values, n_slots)
-        for j in range(rg.N_SAMPLES):
-            dispatch(rg.sdf_samples.grad, self._sample_args(j, self.theta_slots if jacobian else self.theta_fixed))
+        launch(raymarch_grad.seed_samples, self.values, n_slots)
+        for j in range(raymarch_grad.N_SAMPLES):
+            theta = self.theta_slots if jacobian else self.theta_fixed
+            dispatch(raymarch_grad.sdf_samples.grad, self._sample_args(j, theta))
             if jacobian:
-                launch(rg.keep_jacobian, self.theta_slots, n_slots, j, self.jacobian)
-        launch(rg.hold_gradients, self.points, n_slots, self.held_grad)
+                launch(raymarch_grad.keep_jacobian, self.theta_slots, n_slots, j, self.jacobian)
+        launch(raymarch_grad.hold_gradients, self.points, n_slots, self.held_grad)
         for grad in (self.points.grad, self.values.grad):
             grad.fill(0.0)
 
@@ -300,8 +301,8 @@ class DiffRenderer:
         """Untaped: theta's kinematics on the device, packed with the camera, and the forward renderer's frame."""
         launch(kinematics, self.theta, self.forward_prm)
         prm = self.forward_prm.to_numpy()
-        prm[rk.P_CAM_POS:rk.P_CAM_FWD + 3] = self._cam_params[:12]
-        prm[rk.P_PIXEL] = self._cam_params[12]
+        prm[raymarch.P_CAM_POS:raymarch.P_CAM_FWD + 3] = self._cam_params[:12]
+        prm[raymarch.P_PIXEL] = self._cam_params[12]
         self._forward.render_packed(prm)
 
     def _sample_args(self, j: int, theta) -> tuple:
@@ -309,7 +310,7 @@ class DiffRenderer:
 
     def _samples_adjoint(self) -> None:
         """The sample launches' adjoint in theta: theta_slots.grad from values.grad and the Jacobians the hold kept."""
-        launch(rg.samples_adjoint, self.values, self.jacobian, self.n_slots, self.theta_slots)
+        launch(raymarch_grad.samples_adjoint, self.values, self.jacobian, self.n_slots, self.theta_slots)
 
     def _record_loss(self) -> None:
         self.loss.fill(0.0)  # Taichi's own fill: neither recorded nor differentiated
@@ -317,11 +318,12 @@ class DiffRenderer:
             w, h = self._level_size(level)
             if level > 0:
                 pw, ph = self._level_size(level - 1)
-                launch(il.downsample, self.images[level - 1], pw, ph, self.images[level], name="loss: downsample")
+                launch(image_loss.downsample, self.images[level - 1], pw, ph, self.images[level],
+                       name="loss: downsample")
             n = w * h
-            launch(il.image_loss_terms, self.images[level], self.targets[level], self.weights[level], n, self.loss_kind,
-                   self.terms[level], self.dloss[level], name=f"loss: level {level} terms")
-            launch(red.sum_into, self.terms[level], n, 1.0 / (3.0 * n * self.levels), self.partials[level],
+            launch(image_loss.image_loss_terms, self.images[level], self.targets[level], self.weights[level], n,
+                   self.loss_kind, self.terms[level], self.dloss[level], name=f"loss: level {level} terms")
+            launch(reduce.sum_into, self.terms[level], n, 1.0 / (3.0 * n * self.levels), self.partials[level],
                    self.loss, name=f"loss: level {level} sum")
 
     def render(self) -> np.ndarray:
@@ -420,13 +422,13 @@ def held_layers(r: DiffRenderer) -> dict[str, np.ndarray]:
     """The last evaluation's held slots as (N_LAYERS, height, width) arrays: active, covering (an edge layer
     whose ratio is inside the edge width, so it covers part of its pixel), material, ao, normal (... 3)."""
     n = r.n_px
-    shape = (rg.N_LAYERS, r.height, r.width)
-    grad, material, ao = per_pixel_slot(r, r.held_grad.to_numpy()[:, rg.S_POINT], r.held_mat.to_numpy(),
+    shape = (raymarch_grad.N_LAYERS, r.height, r.width)
+    grad, material, ao = per_pixel_slot(r, r.held_grad.to_numpy()[:, raymarch_grad.S_POINT], r.held_mat.to_numpy(),
                                         r.held_ao.to_numpy())
     grad = grad.reshape(*shape, 3)
     normal = grad / np.maximum(np.linalg.norm(grad, axis=-1, keepdims=True), 1e-12)
-    active = r.active.to_numpy()[:rg.N_LAYERS * n].reshape(shape) != 0
-    covering = active & (r.ratio.to_numpy()[:rg.N_LAYERS * n].reshape(shape) < r.edge_px)
+    active = r.active.to_numpy()[:raymarch_grad.N_LAYERS * n].reshape(shape) != 0
+    covering = active & (r.ratio.to_numpy()[:raymarch_grad.N_LAYERS * n].reshape(shape) < r.edge_px)
     covering[0] = False
     return {"active": active, "covering": covering, "material": material.reshape(shape), "ao": ao.reshape(shape),
             "normal": normal}
@@ -438,7 +440,7 @@ def per_pixel_slot(r: DiffRenderer, *values: np.ndarray) -> list[np.ndarray]:
     pos = r.slot_pos.to_numpy()[:r.n_slots]
     out = []
     for v in values:
-        at = np.zeros((rg.N_LAYERS * r.n_px, *v.shape[1:]), v.dtype)
+        at = np.zeros((raymarch_grad.N_LAYERS * r.n_px, *v.shape[1:]), v.dtype)
         at[pos] = v[:r.n_slots]
         out.append(at)
     return out
@@ -606,6 +608,6 @@ def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, hei
     r.set_target(target, mask.astype(np.float32))
     _, grad = r.loss_and_gradient()
     numeric = finite_difference(r, [int(i) for i in components])
-    arm = np.isin(held_layers(r)["material"][0], [rk.M_PAINT, rk.M_JOINT, rk.M_STEEL])
+    arm = np.isin(held_layers(r)["material"][0], [raymarch.M_PAINT, raymarch.M_JOINT, raymarch.M_STEEL])
     return {"grad": grad[components], "fd": numeric[components], "pixels": np.int64(mask.sum()),
             "arm_pixels": np.int64((mask & arm).sum())}

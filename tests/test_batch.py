@@ -251,7 +251,7 @@ def assert_the_batch_of_six(out: Path, targets: Path, singles: dict[str, Path], 
     for job, single in singles.items():
         assert_same_as_single(out / "jobs" / job, single)
     summary = json.loads((out / "batch.json").read_text())
-    assert summary["counts"] == {"ok": 10, "error": 2, "diverged": 0, "interrupted": 0}
+    assert summary["counts"] == {"ok": 10, "error": 2, "diverged": 0, "not_converged": 0, "interrupted": 0}
     assert set(summary["winners"]) == {str(targets / f"{s}.obj") for s in stems if s != "broken"}
     header = (out / "batch.csv").read_text().splitlines()[0].split(",")
     assert header[:2] == ["job", "target"] and {"status", "chamfer", "node", "pid", "backend", "error"} <= set(header)

@@ -257,7 +257,7 @@ def _print_summary(args: argparse.Namespace, out: Path, rows: list[dict], summar
     print(f"batch {args.kind}: {len(rows)} jobs: " + ", ".join(f"{n} {status}" for status, n in tally.items())
           + f" ({summary['resumed']} done before) in {summary['wall_s']:.1f} s ({place}) -> {out}/batch.csv")
     for row in rows:
-        if row["status"] in ("error", "diverged"):
+        if row["status"] in ("error", "diverged", "not_converged"):
             print(f"  {row['status']:<8} {row['job']}: {row.get('error', '')}")
     if tally["interrupted"]:
         print(f"  interrupted: {tally['interrupted']} jobs not run or not finished; rerun the command to finish them")

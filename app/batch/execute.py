@@ -123,10 +123,16 @@ def invert_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:
     every file it wrote (invert.json, loss.png/.svg, progress.gif, frames/)."""
     from app.scenes.invert import run_in_folder
 
+    from app.scenes.inverse_render import verdict_line
+
     record = run_in_folder(invert_argv(job.settings, job.arch, folder), folder)
-    errors = record["errors"]["final"]
-    row = {"status": "ok", "orders": record["image_loss"]["orders"], "final_loss": record["image_loss"]["final"],
-           "joints_deg": errors["joints"], "letter": errors["letter"], "iterations": record["iterations"]}
+    errors, verdict = record["errors"]["final"], record["verdict"]
+    row = {"status": "ok" if record["status"] == "converged" else record["status"],  # the run's verdict
+           "orders": record["image_loss"]["orders"], "final_loss": record["image_loss"]["final"],
+           "joints_deg": errors["joints"], "letter": errors["letter"],
+           "unidentifiable": " ".join(verdict["unidentifiable"]), "steps": record["steps"]}
+    if record["status"] != "converged":
+        row["error"] = verdict_line(verdict)
     return row, sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
 
 

@@ -25,14 +25,15 @@ from app.batch.jobs import FIT_KEYS, INVERT_KEYS, Job, fit_argv, frame_path, inv
 from engine import atomic
 from engine.errors import UserError
 
-DONE = ("ok", "diverged")  # a rerun keeps these; error and interrupted jobs run again
-STATUSES = ("ok", "error", "diverged", "interrupted")
+DONE = ("ok", "diverged", "not_converged")  # a rerun keeps these (each is a run's verdict); error and interrupted run again
+STATUSES = ("ok", "error", "diverged", "not_converged", "interrupted")
 COLUMNS = {
     "fit": ["job", "target", *FIT_KEYS, "status", "orders", "final_loss", "chamfer", "hausdorff", "misses",
             "iterations", "wall_s", "node", "pid", "backend", "error", "resumed", "folder", "command"],
     "render": ["job", "frames", "t_first", "t_last", "status", "wall_s", "node", "pid", "backend", "error",
                "resumed", "folder"],
-    "invert": ["job", *INVERT_KEYS, "status", "orders", "final_loss", "joints_deg", "letter", "iterations", "wall_s",
+    "invert": ["job", *INVERT_KEYS, "status", "orders", "final_loss", "joints_deg", "letter", "unidentifiable", "steps",
+               "wall_s",
                "node", "pid", "backend", "error", "resumed", "folder", "command"],
 }
 

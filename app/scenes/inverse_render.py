@@ -133,15 +133,17 @@ def load_target_png(path: str | Path, width: int, height: int) -> np.ndarray:
 
 
 def quantisation_loss(linear: np.ndarray) -> float:
-    """The image loss an 8-bit sRGB picture of `linear` leaves at the true pose: 0.5 * mean(step^2 / 12) over
-    its channel values, each value's rounding step measured in linear RGB (uniform rounding error)."""
+    """The most image loss an 8-bit sRGB picture of `linear` can leave at the true pose: 0.5 * mean(e^2) with e
+    each channel value's largest rounding error in linear RGB (half a code step, on the steeper side). A bound,
+    not an expectation: a flat region's values share one rounding error, so no averaging can be relied on."""
     from engine.image_io import linear_from_srgb8, srgb8
 
     code = srgb8(linear).astype(np.int64)
+    here = linear_from_srgb8(code.astype(np.uint8)).astype(np.float64)
     up = linear_from_srgb8(np.clip(code + 1, 0, 255).astype(np.uint8)).astype(np.float64)
     down = linear_from_srgb8(np.clip(code - 1, 0, 255).astype(np.uint8)).astype(np.float64)
-    step = 0.5 * (up - down)
-    return float(0.5 * np.mean(step ** 2 / 12.0))
+    error = 0.5 * np.maximum(up - here, here - down)
+    return float(0.5 * np.mean(error ** 2))
 
 
 def png_compare(path: str | Path) -> str:
@@ -306,7 +308,7 @@ class Recovery:
     errors: list[list[float]] = field(default_factory=list)  # per step: parameter_errors (when the truth is known)
     marks: list[tuple[int, str]] = field(default_factory=list)  # (step, what began there)
     diverged_at: int | None = None
-    target_noise: float = 0.0  # the image loss the target leaves at the true pose (an 8-bit PNG's rounding)
+    target_noise: float = 0.0  # the most image loss the target can leave at the true pose (an 8-bit PNG's rounding)
 
     def __post_init__(self) -> None:
         check_settings(self.settings)
@@ -498,8 +500,7 @@ class Recovery:
         visible = [k for k in range(len(self.free)) if int(self.free[k]) in determined]
         # the image loss a one-tolerance error of the least visible determined parameter would leave
         floor = 0.5 * min((ident.sensitivity[k] for k in visible), default=0.0) / (3.0 * n)
-        # the target's own noise, with three standard deviations of its mean over 3n values (uniform rounding)
-        noise = self.target_noise * (1.0 + 3.0 * math.sqrt(0.8 / (3.0 * n)))
+        noise = self.target_noise
         image_ok = self.best_loss <= noise + floor
         record = {
             "image_criterion": {"final_loss": self.best_loss, "start_loss": self.start_loss,

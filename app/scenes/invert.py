@@ -179,17 +179,20 @@ def _invert(args: argparse.Namespace, checked: tuple, target_png: np.ndarray | N
     frames: list[np.ndarray] = []
     progress = bar(total=settings.starts * settings.start_iterations + settings.iterations + settings.lm_iterations + 1,
                    desc=f"invert on {running.name}")
+    framed = -1  # the step of the last frame
     with graceful_stop() as stop:  # Ctrl-C ends the run; the work so far is written, marked interrupted
         for phase in rec.steps(stop=lambda: bool(stop)):
-            if (rec.step_count - 1) % args.frame_every == 0 or phase == "identify":
+            if rec.step_count % args.frame_every == 0 and rec.step_count != framed:
                 frames.append(_frame(rec, target, out))
+                framed = rec.step_count
             postfix = f"{phase}: loss {rec.losses[-1]:.3e}" if rec.losses else phase
             if rec.errors:
                 postfix += f", joints {max(rec.errors[-1][scene_theta.GROUPS['joints']]):.2f} deg"
             progress.set_postfix_str(postfix, refresh=False)
             progress.update()
     progress.close()
-    frames.append(_frame(rec, target, out))
+    if rec.step_count != framed:
+        frames.append(_frame(rec, target, out))
     verdict = rec.verdict()
     record = _record(args, rec, verdict, running, truth, start, settings, camera, time.perf_counter() - started)
     _plots(out, rec, record, running.name)
