@@ -21,6 +21,13 @@ Workers ignore SIGINT: a Ctrl-C in the terminal reaches every process of the gro
 the parent, not the worker, decides what stops (it closes its workers). A worker whose
 parent went away (its pipe closed) exits quietly.
 
+`kill` and `close` may be called any number of times, from any thread, also while another
+thread waits in `call` (the GUI closes a worker its link thread is using): the process is
+killed at once, but the pipe is closed by the last thread to stop using it (the caller sees
+the end of the pipe, raises `WorkerError` and closes it), never under it, and never twice.
+Closing a pipe's file descriptor under a thread polling it, or twice, raised `OSError:
+[Errno 9] Bad file descriptor` (and could close a file that had meanwhile got the number).
+
     with BackendWorker("cpu") as worker:
         out = worker.call("affine", x=np.ones(4, np.float32))
 """
@@ -29,9 +36,11 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import signal
+import threading
 import time
 import traceback
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from engine import computations
 from engine.errors import UserError
@@ -123,6 +132,9 @@ class BackendWorker:
         self.arch = arch
         ctx = mp.get_context("spawn")  # fork would copy a running Taichi runtime
         self._conn, child = ctx.Pipe()
+        self._lock = threading.RLock()  # guards killing the process and closing the pipe
+        self._users: set[int] = set()  # the threads sending on or waiting on the pipe now (in a call or close)
+        self._killed = False
         self._process = ctx.Process(target=_serve, args=(child, arch), daemon=True, name=f"taichi-{arch}")
         with signals_ignored():  # the child starts with SIGINT ignored, before _serve can say so itself
             self._process.start()
@@ -178,8 +190,9 @@ class BackendWorker:
         try:
             return self._conn.recv()
         except (EOFError, ConnectionResetError, OSError):
-            self._process.join(5)
-            code = self._process.exitcode
+            with self._lock:  # a `kill` from another thread may be reaping it: its exit code once that is done
+                self._process.join(5)
+                code = self._process.exitcode
             self._kill()
             hint = (" (a script that starts workers must do so under `if __name__ == \"__main__\":`, "
                     "since the worker imports the script again)") if what == "start-up" and code == 1 else ""
@@ -187,18 +200,19 @@ class BackendWorker:
 
     def call(self, name: str, timeout_s: float = DEFAULT_TIMEOUT_S, **inputs: Any) -> dict:
         """Run computation `name` with `inputs` on this worker's backend and return its outputs."""
-        if not self.alive:
-            raise WorkerError(f"{self.arch} worker is not running")
         try:
             target = computations.resolve(name)  # here: the worker knows only the engine's own names
         except KeyError as exc:
             raise WorkerError(f"{self.arch} worker: {exc.args[0]}") from None
-        try:
-            self._conn.send((name, target, inputs))
-        except (BrokenPipeError, OSError):
-            self._kill()
-            raise WorkerError(f"{self.arch} worker died before {name}") from None
-        reply = self._receive(timeout_s, f"computation {name}")
+        with self._using():
+            if not self.alive or self._conn.closed:
+                raise WorkerError(f"{self.arch} worker is not running")
+            try:
+                self._conn.send((name, target, inputs))
+            except (BrokenPipeError, OSError):
+                self._kill()
+                raise WorkerError(f"{self.arch} worker died before {name}") from None
+            reply = self._receive(timeout_s, f"computation {name}")
         if reply[0] != "ok":
             self._raise(reply)
         return reply[1]
@@ -211,26 +225,49 @@ class BackendWorker:
     def exitcode(self) -> int | None:
         return self._process.exitcode
 
+    @contextmanager
+    def _using(self) -> Iterator[bool]:
+        """This thread sends on and waits on the pipe: a `kill` meanwhile leaves the pipe open, and the last thread
+        to leave closes it. Yields whether another thread uses the pipe too."""
+        me = threading.get_ident()
+        with self._lock:
+            shared = bool(self._users - {me})
+            self._users.add(me)
+        try:
+            yield shared
+        finally:
+            with self._lock:
+                self._users.discard(me)
+                if self._killed and not self._users and not self._conn.closed:
+                    self._conn.close()
+
     def _kill(self) -> None:
-        if self._process.is_alive():
-            self._process.kill()
-        self._process.join(5)
-        self._conn.close()
+        """Kill the process (if it still runs) and close the pipe, unless another thread is using it (then the last
+        one to leave closes it). Safe to call twice and from two threads at once (see the module docstring)."""
+        with self._lock:
+            if self._process.is_alive():
+                self._process.kill()
+            self._process.join(5)
+            self._killed = True
+            if not self._users - {threading.get_ident()} and not self._conn.closed:
+                self._conn.close()
 
     def kill(self) -> None:
-        """Stop the worker now, even in the middle of a call (the GUI does this on exit)."""
+        """Stop the worker now, even in the middle of a call (the GUI does this on exit). Idempotent."""
         self._kill()
 
     def close(self) -> None:
-        """Ask the worker to stop; kill it if it does not (at once if it is stopped)."""
-        stat = _proc_stat(self._process.pid) if self._process.is_alive() else None
-        if self._process.is_alive() and not (stat and stat[0] in "Tt"):
-            try:
-                self._conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-            self._process.join(10)
-        self._kill()
+        """Ask the worker to stop; kill it if it does not (at once if it is stopped, or if another thread is in a
+        call on it). Idempotent."""
+        with self._using() as shared:  # shared: another thread is in a call, and this one must not write between
+            stat = _proc_stat(self._process.pid) if self._process.is_alive() else None
+            if self._process.is_alive() and not (stat and stat[0] in "Tt") and not self._conn.closed and not shared:
+                try:
+                    self._conn.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
+                self._process.join(10)
+            self._kill()
 
     def __enter__(self) -> "BackendWorker":
         return self

@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -559,11 +560,36 @@ def case_app_ctrl_c(tmp_path):
     assert_one_error_line(process.returncode, out, err, 130, "interrupted by SIGINT: the window was closed")
 
 
+@pytest.mark.skipif(not os.environ.get("DISPLAY"), reason="the desktop app needs a display (scripts/test.sh: Xvfb)")
+def case_app_frames_ctrl_c_after_warm_up(tmp_path):
+    """With --frames N a Ctrl-C once went unheard after warm-up (the frame count reset the stop request each frame)
+    until the test's SIGKILL 40-50 s later: now the window closes within seconds, exit code 130."""
+    process = app_process("--arch", "cpu", "--parity-arch", "cpu", "--frames", "100000000", "-v", cwd=tmp_path,
+                          start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(process.stderr.readline, "")), daemon=True)
+    reader.start()
+    try:  # the app gives up waiting for live content after WARM_TIMEOUT_S (600 s): warm then, whatever came
+        wait_for(lambda: any("warm after" in line for line in lines) or process.poll() is not None, 700,
+                 "the window to be warm")
+        assert process.poll() is None, "".join(lines)
+        os.killpg(process.pid, signal.SIGINT)
+        signalled = time.monotonic()
+        process.wait(timeout=60)  # stderr is the reader's; stdout (a line at most) waits in its pipe
+        took = time.monotonic() - signalled
+    finally:
+        os.killpg(process.pid, signal.SIGKILL) if process.poll() is None else None
+    reader.join(10)
+    out, err = process.stdout.read(), "".join(lines)
+    assert_one_error_line(process.returncode, out, err, 130, "interrupted by SIGINT: the window was closed")
+    assert took < 20, f"the window took {took:.0f} s to close after SIGINT"
+
+
 SUBPROCESS_CASES = [case_unreadable_mesh, case_read_only_out, case_fit_diverges, case_fit_ends_worse,
                     case_fit_sigint_keeps_its_work, case_render_sigterm_keeps_its_frames, case_file_size_limit,
                     case_disk_fills_during_the_run, case_leftovers_of_other_runs_are_cleared,
                     case_headless_parity_worker_cannot_start, case_headless_ctrl_c, case_app_backend_never_starts,
-                    case_app_ctrl_c]
+                    case_app_ctrl_c, case_app_frames_ctrl_c_after_warm_up]
 
 
 @pytest.mark.parametrize("case", SUBPROCESS_CASES, ids=[case.__name__[5:] for case in SUBPROCESS_CASES])
@@ -623,6 +649,48 @@ def test_a_wedged_worker_is_reported_at_its_idle_limit(monkeypatch):
         with pytest.raises(worker_module.WorkerError, match=r"made no progress for 2 s .*wedged"):
             worker.call("tests.worker_faults:hang", timeout_s=300)
         assert time.monotonic() - started < 6 and not worker.alive
+
+
+def test_a_worker_killed_and_closed_from_many_threads_mid_call_raises_nothing():
+    """The GUI's close killed a worker whose link thread was in a call: closing the pipe under that thread (or twice,
+    from two threads) raised `OSError: [Errno 9] Bad file descriptor` (exit code 3 under load). Now the caller gets
+    the WorkerError of a killed worker, and every kill and close, concurrent or repeated, returns quietly."""
+    from engine import worker as worker_module
+
+    for _ in range(2):
+        worker = worker_module.BackendWorker("cpu")
+        outcome: list = []
+
+        def call() -> None:
+            try:
+                worker.call("tests.worker_faults:hang", timeout_s=300)
+            except BaseException as exc:  # noqa: BLE001 - the test looks at what came out
+                outcome.append(exc)
+
+        def stop(method) -> None:
+            try:
+                method()
+            except BaseException as exc:  # noqa: BLE001
+                outcome.append(exc)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        wait_for(lambda: bool(worker._users), 10, "the call to go out")
+        time.sleep(0.3)
+        stoppers = [threading.Thread(target=stop, args=(method,))
+                    for method in (worker.kill, worker.close, worker.kill, worker.close)]
+        for thread in stoppers:
+            thread.start()
+        for thread in [caller, *stoppers]:
+            thread.join(30)
+            assert not thread.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], worker_module.WorkerError), outcome
+        assert "died during computation tests.worker_faults:hang (killed by SIGKILL)" in str(outcome[0])
+        assert not worker.alive and worker._conn.closed
+        worker.kill()
+        worker.close()
+        with pytest.raises(worker_module.WorkerError, match="worker is not running"):
+            worker.call("affine", x=np.ones(4, np.float32))
 
 
 def test_a_worker_ignores_ctrl_c_and_keeps_serving():

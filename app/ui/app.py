@@ -234,6 +234,7 @@ class _FrameClock:
         if is_warm(state) or waited > WARM_TIMEOUT_S:
             self.warm_frame, self.warm_at, self.warm_iteration = state.frame, self.last, state.fit.iteration
             self.warm_renders = state.raymarch.frames_rendered
+            log.debug("warm after %.1f s (frame %d): every panel shows live content", waited, state.frame)
         elif waited > self.next_report_s:  # say what a long start-up waits for (first runs compile for minutes)
             self.next_report_s += WARM_REPORT_S
             log.info("still waiting after %.0f s for: %s", waited, "; ".join(warm_blockers(state)))
@@ -280,8 +281,11 @@ def run_app(options: AppOptions) -> AppRun:
     scripted = options.frames is not None or options.test_function is not None
 
     def before_frame() -> None:
-        if stop:  # SIGINT/SIGTERM: close the window like its close button, then say so (exit code 130)
+        # every reason to close only ever sets app_shall_exit: a signal's (SIGINT/SIGTERM: close the window
+        # like its close button, then say so, exit code 130) once lost to the --frames count resetting it
+        if stop:
             params.app_shall_exit = True
+            return
         controller.tick(state, clock.tick())
         state.frame += 1
         state.ui_fps = imgui.get_io().framerate
@@ -295,8 +299,9 @@ def run_app(options: AppOptions) -> AppRun:
         busy = (state.raymarch.playing or state.fit.running or state.invert.running or bool(state.warmup)
                 or state.parity.status == "busy" or bool(state.parity.render_grad_stage))
         params.fps_idling.enable_idling = not scripted and not busy  # idle at a few fps only when nothing moves
-        if options.frames is not None and clock.warm_frame is not None:
-            params.app_shall_exit = state.frame - clock.warm_frame >= options.frames
+        if options.frames is not None and clock.warm_frame is not None and \
+                state.frame - clock.warm_frame >= options.frames:
+            params.app_shall_exit = True
 
     def window(name: str, dock: str) -> hello_imgui.DockableWindow:
         def gui() -> None:
