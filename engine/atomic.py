@@ -19,6 +19,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Iterator
 
+from engine import output_dir
 from engine.errors import UserError
 
 
@@ -52,6 +53,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             pass
         os.replace(tmp, target)
         tmp = None
+        output_dir.note_written(target)  # the folder's owner records it: the next run there may remove it
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise UserError(f"cannot write {target}: {reason}") from None

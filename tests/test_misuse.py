@@ -317,6 +317,50 @@ def test_a_batch_job_folder_stays_inside_out_jobs_whatever_the_mesh_is_named(tmp
             store.job_folder(out, job_specs.Job("fit", bad))
 
 
+def test_only_the_files_a_run_recorded_writing_are_cleared_never_through_a_symlink(tmp_path):
+    """engine.output_dir in temporary folders: what the earlier run wrote goes, everything else stays."""
+    from engine import atomic
+
+    folder, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "iter_00000.obj").write_text("the user's, in another folder\n")
+    folder.mkdir()
+    (folder / "frames").symlink_to(elsewhere)  # the reported case: OUT/frames a symlink to another folder
+    patterns = ("fit.json", "final.*", "frames/iter_*.*")
+    with output_dir.claim(folder, "fit", patterns) as claimed:
+        atomic.write_text(folder / "fit.json", "{}")
+        atomic.write_text(folder / "sub" / "final.obj", "ours\n")
+        atomic.write_text(folder / "frames" / "iter_00001.obj", "ours, but through the symlink\n")
+        atomic.write_text(tmp_path / "beside.txt", "not in the folder\n")
+        assert claimed.note(folder / "frames" / "iter_00001.obj") is False
+    recorded = [json.loads(line)["file"] for line in (folder / output_dir.MANIFEST).read_text().splitlines()[1:]]
+    assert recorded == ["fit.json", "sub/final.obj"], "nothing written through a symlink or outside is recorded"
+    with open(folder / output_dir.MANIFEST, "a") as manifest:  # forged or damaged lines
+        manifest.write(_manifest_entry(folder, "frames/iter_00000.obj") + "\n")  # exact identity, via the link
+        manifest.write(_manifest_entry(folder, "../beside.txt") + "\n")
+        manifest.write('{"file": "fit.json", "size": 2, "mtime_ns": "x"}\n{"file": "cut sh')  # a killed writer's
+    with output_dir.claim(folder, "fit", patterns):
+        pass
+    assert sorted(p.name for p in folder.iterdir()) == [output_dir.MANIFEST, "frames"], "fit.json, sub/ removed"
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["iter_00000.obj", "iter_00001.obj"]
+    assert (tmp_path / "beside.txt").is_file()
+    # a manifest of an older version (or written by hand) that lists patterns deletes nothing
+    (folder / "notes.txt").write_text("mine\n")
+    (folder / "fit.json").write_text("mine too\n")
+    (folder / output_dir.MANIFEST).write_text(json.dumps({"pid": 1, "command": "render",
+                                                          "patterns": ["*", "*.txt", "fit.json"]}, indent=2))
+    with output_dir.claim(folder, "fit", patterns):
+        pass
+    assert (folder / "notes.txt").read_text() == "mine\n" and (folder / "fit.json").read_text() == "mine too\n"
+    # folders claimed inside one another (a claim that runs a fit into a subfolder): the inner one records its files
+    with output_dir.claim(tmp_path / "outer", "--headless", ()), output_dir.claim(tmp_path / "outer" / "fit", "fit", ()):
+        atomic.write_text(tmp_path / "outer" / "fit" / "fit.json", "{}")
+        atomic.write_text(tmp_path / "outer" / "report.json", "{}")
+    for name, recorded in (("outer", ["report.json"]), ("outer/fit", ["fit.json"])):
+        lines = (tmp_path / name / output_dir.MANIFEST).read_text().splitlines()[1:]
+        assert [json.loads(line)["file"] for line in lines] == recorded
+
+
 def test_there_are_at_least_60_misuse_cases():
     assert len(CASES) + len(SUBPROCESS_CASES) >= 60
 
@@ -499,17 +543,49 @@ def case_disk_fills_during_the_run(tmp_path):
         subprocess.run(["umount", str(mount)], check=False)
 
 
+def _manifest_entry(folder: Path, name: str, of: Path | None = None) -> str:
+    """A manifest line recording `name` with the identity of the file `of` (itself by default)."""
+    info = os.lstat(of or folder / name)
+    return json.dumps({"file": name, "size": info.st_size, "mtime_ns": info.st_mtime_ns, "ino": info.st_ino,
+                       "dev": info.st_dev})
+
+
 def case_leftovers_of_other_runs_are_cleared(tmp_path):
-    folder = tmp_path / "out"
-    (folder / "frames").mkdir(parents=True)
-    for name in ("frames/iter_00000.obj", "frames/frame_0000.png", "fit.json", "animation.gif", "notes.txt"):
-        (folder / name).write_text("from before")
-    (folder / output_dir.MANIFEST).write_text(json.dumps(
-        {"pid": 1, "command": "render", "patterns": ["frames/frame_*.png", "animation.gif"]}))
+    """A real fit's files are removed by the next run into its folder; nothing else is, whatever the manifest says."""
+    folder, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    code, out, err = run_app(*TINY_FIT, "--iters", "3", "--dump-every", "1", "--out", "out", cwd=tmp_path)
+    assert code in (0, 1), err
+    first = set(json.loads((folder / "fit.json").read_text())["files"])
+    assert {"fit.json", "final.obj", "frames/iter_00000.obj", "frames/iter_00002.obj"} <= first
+    lines = (folder / output_dir.MANIFEST).read_text().splitlines()
+    assert {json.loads(line)["file"] for line in lines[1:]} == first, "every file the fit wrote is recorded"
+    # the user's own files beside them: an edited result, a file of theirs under a recorded name, their notes
+    (folder / "final.obj").write_text("edited by the user\n")
+    (folder / "frames" / "iter_00001.obj").unlink()
+    (folder / "frames" / "iter_00001.obj").write_text("the user's own\n")
+    (folder / "notes.txt").write_text("mine\n")
+    elsewhere.mkdir()
+    (elsewhere / "keep.obj").write_text("in another folder\n")
+    (tmp_path / "outside.txt").write_text("outside --out\n")
+    (folder / "linked").symlink_to(elsewhere)
+    (folder / "link.obj").symlink_to(elsewhere / "keep.obj")
+    # and a manifest that tries to reach them: patterns, a path out of the folder, one through a symlink
+    with open(folder / output_dir.MANIFEST, "a") as manifest:
+        for line in (json.dumps({"patterns": ["*", "*.txt", "frames/*"]}), _manifest_entry(folder, "notes.txt", None)
+                     .replace('"size": 5', '"size": 6'), _manifest_entry(folder, "../outside.txt"),
+                     _manifest_entry(folder, "linked/keep.obj"), _manifest_entry(folder, "link.obj"),
+                     _manifest_entry(folder, "/" + str(elsewhere / "keep.obj").lstrip("/"))):
+            manifest.write(line + "\n")
+    before = files_under(elsewhere)
     code, out, err = run_app("fit", "--target", "blob", "--arch", "vulkan", "--out", "out", cwd=tmp_path,
                              env={"VK_ICD_FILENAMES": "/nonexistent/icd.json"})
     assert_one_error_line(code, out, err, 2, "backend vulkan is not available")
-    assert sorted(p.name for p in folder.iterdir()) == [output_dir.MANIFEST, "notes.txt"]
+    left = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
+    assert left == {output_dir.MANIFEST, "final.obj", "frames/iter_00001.obj", "notes.txt", "linked", "link.obj"}
+    assert (folder / "final.obj").read_text() == "edited by the user\n"
+    assert (folder / "notes.txt").read_text() == "mine\n" and (tmp_path / "outside.txt").is_file()
+    assert files_under(elsewhere) == before and (folder / "link.obj").is_symlink()
+    assert "has no record of writing" in err  # the user's files under the fit's names are kept, and said so
 
 
 def case_headless_parity_worker_cannot_start(tmp_path):

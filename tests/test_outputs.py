@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from app.cli import main as cli_main
-from engine import atomic, image_io
+from engine import atomic, image_io, output_dir
 from tests.test_misuse import gif_duration_ms
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,7 +183,8 @@ def test_verbosity_flags_steer_the_log(tmp_path):
     def run(*flags: str) -> str:
         folder = tmp_path / "out"
         folder.mkdir(exist_ok=True)
-        (folder / "fit.json").write_text("{}")  # an earlier run's file, cleared with an info line
+        with output_dir.claim(folder, "fit", ("fit.json",)):  # an earlier run's file (recorded as it is written),
+            atomic.write_text(folder / "fit.json", "{}")        # cleared with an info line
         result = subprocess.run([sys.executable, "-m", "app", "fit", "--target", "blob", "--arch", "vulkan", *flags,
                                  "--out", str(folder)], capture_output=True, text=True, timeout=120, cwd=ROOT,
                                 env={**os.environ, "VK_ICD_FILENAMES": "/nonexistent/icd.json"})
