@@ -18,7 +18,6 @@ import os
 import statistics
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from bench import bench_parser, emit, machine_load
@@ -52,6 +51,10 @@ def _worker_init(arch: str | None) -> None:
     from engine import backend
 
     backend.init(arch)
+
+
+def _one_task(task: tuple) -> dict:
+    return _one(*task)
 
 
 def _one(t: float, seed: int, argv: list[str], folder: str) -> dict:
@@ -101,16 +104,17 @@ def main(argv: list[str]) -> int:
     rows: list[dict] = []
     started = time.perf_counter()
     jobs = [(t, s) for t in frames for s in seeds]
-    spawn = multiprocessing.get_context("spawn")  # fresh interpreters: nothing of this process's Taichi state
-    with ProcessPoolExecutor(options.workers, spawn, initializer=_worker_init, initargs=(options.arch,)) as pool, \
+    tasks = []
+    for t, seed in jobs:
+        folder = root / "runs" / f"t{t:g}_seed{seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        tasks.append((t, seed, extra, str(folder)))
+    # fresh interpreters (nothing of this process's Taichi state); leaving the with block early (Ctrl-C, or
+    # SIGTERM, which app.cli turns into an exception) terminates the workers mid-run
+    with multiprocessing.get_context("spawn").Pool(options.workers, _worker_init, (options.arch,)) as pool, \
             bar(total=len(jobs), desc="invert sweep") as progress:
-        futures = []
-        for t, s in jobs:
-            folder = root / "runs" / f"t{t:g}_seed{s}"
-            folder.mkdir(parents=True, exist_ok=True)
-            futures.append(pool.submit(_one, t, s, extra, str(folder)))
-        for future in as_completed(futures):
-            rows.append(future.result())
+        for row in pool.imap_unordered(_one_task, tasks):
+            rows.append(row)
             progress.set_postfix_str(f"{sum(r.get('recovered', False) for r in rows)}/{len(rows)} recovered",
                                      refresh=False)
             progress.update()

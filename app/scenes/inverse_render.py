@@ -25,10 +25,13 @@ The recovery (`Recovery.steps`), in phases, each marked on the loss plot (`marks
 3. Adam (the basin): an L2 loss over a 4-level image pyramid, silhouettes 2 pixel footprints wide at
    first narrowing to 1, the learning rate falling from lr to lr / 10 on a cosine; the full-resolution
    image loss every `check_every` iterations keeps the best iterate and catches divergence.
-4. Levenberg-Marquardt (the polish): from the best iterate, with the identifiability redone there,
-   Gauss-Newton steps on the full- and half-resolution residual with the exact Jacobian; a step is
+4. Levenberg-Marquardt (the polish): from the best iterate (the identifiability redone there frees a held
+   parameter this pose shows), Gauss-Newton steps on the full- and half-resolution residual with the exact Jacobian; a step is
    taken only if the image loss falls, so the result is never worse than the best iterate.
-5. final: the identifiability at the result and the verdict (`verdict`): with the truth known (a rendered
+5. hops: while the image loss is above what a one-tolerance error would leave (the picture says the fit is
+   not there, truth or no truth), up to `hops` restarts from the best iterate moved by half the default
+   perturbation (seeded), each a short Adam run and a polish; the best iterate over all of them is kept.
+6. final: the identifiability at the result and the verdict (`verdict`): with the truth known (a rendered
    target), converged = every determined parameter within its tolerance (`TOLERANCES`); without it
    (a picture), converged = an image loss below what a one-tolerance error of the least visible determined
    parameter would leave. Both criteria are recorded whenever both can be computed.
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -63,6 +66,9 @@ TOLERANCES = {"joints": 0.5, "gripper": 0.005, "letter": 0.01, "letter_angles": 
 # outside anything the picture can ask; the image loss alone cannot tell, since a pose flung out of view can
 # match a picture better than a misaligned one).
 DIVERGE_FACTOR, DIVERGE_TOLERANCES = 10.0, 1000.0
+# A restart ("hop") moves every free parameter of the best iterate by u * HOP_SCALE * its default perturbation
+# (engine.scene_theta.DEFAULT_PERTURB), u uniform in [0.5, 1], random sign, seeded by HOP_SEED + the hop's number.
+HOP_SCALE, HOP_SEED = 0.5, 1000
 LM_LEVELS = (0, 1)  # the polish's residual: full and half resolution
 STATUSES = ("converged", "not_converged", "diverged", "interrupted")
 
@@ -82,6 +88,8 @@ class InvertSettings:
     start_iterations: int = START_ITERATIONS
     lm_iterations: int = 60  # Levenberg-Marquardt steps of the polish, at most (it stops when its steps vanish)
     check_every: int = 10  # Adam iterations between full-resolution image-loss checks (best iterate, divergence)
+    hops: int = 4  # restarts from the best iterate, perturbed, while the image says the fit is not there yet
+    hop_iterations: int = 60  # Adam iterations of each restart before its polish
 
 
 def renderer():
@@ -259,8 +267,9 @@ def image_loss(r, theta: np.ndarray, settings: InvertSettings) -> float:
 
 
 def check_settings(s: InvertSettings) -> None:
-    if s.iterations < 1 or s.starts < 1 or s.start_iterations < 1 or s.lm_iterations < 0 or s.check_every < 1:
-        raise UserError("--iters, --starts and --start-iters must be at least 1, --lm-iters at least 0")
+    if s.iterations < 1 or s.starts < 1 or s.start_iterations < 1 or s.lm_iterations < 0 or s.check_every < 1 \
+            or s.hops < 0 or s.hop_iterations < 1:
+        raise UserError("--iters, --starts and --start-iters must be at least 1, --lm-iters and --hops at least 0")
     unknown = [g for g in s.groups if g not in scene_theta.GROUPS]
     if unknown or not s.groups:
         raise UserError(f"--optimise: unknown or no groups {', '.join(unknown)} (groups: "
@@ -281,6 +290,23 @@ def spread_starts(start: np.ndarray, starts: int) -> list[np.ndarray]:
         theta[index] += math.radians(offset)
         out.append(theta)
     return out
+
+
+def hop_start(theta: np.ndarray, free: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A restart: the components `free` of theta moved by u * HOP_SCALE * their group's default perturbation
+    (u uniform in [0.5, 1], random sign), clamped into the limits."""
+    out = np.array(theta, np.float64)
+    lo, hi = scene_theta.limits()
+    for i in free:
+        group = scene_theta.group_of(int(i))
+        magnitude = HOP_SCALE * scene_theta.DEFAULT_PERTURB[group] * rng.uniform(0.5, 1.0) * rng.choice([-1.0, 1.0])
+        if group in scene_theta.ANGLE_GROUPS:
+            out[i] += math.radians(magnitude)
+        elif group == "albedo":
+            out[i] *= 1.0 + magnitude
+        else:
+            out[i] += magnitude
+    return np.clip(out, lo, hi)
 
 
 def side_by_side(current: np.ndarray, target: np.ndarray, caption: str | None = None) -> np.ndarray:
@@ -324,6 +350,8 @@ class Recovery:
         self.identify_final: Identifiability | None = None
         self.multistart: dict = {"starts": 1}
         self.lm_record: dict = {"steps": 0}
+        self.hops_done = 0
+        self._identified_at: np.ndarray | None = None  # the theta identify_final was measured at
         self.current = self.start.copy()
         self.interrupted = False
         self.finished = False
@@ -364,6 +392,16 @@ class Recovery:
                      ", ".join(scene_theta.NAMES[i] for i in self.held))
         return theta
 
+    def _release_determined(self, ident: Identifiability) -> None:
+        """Free the held parameters that `ident` (nearer the truth than the start) finds determined. None is held
+        anew here: a parameter the start showed stays free, however weakly this pose shows it (the polish's
+        damping keeps a weak direction from running)."""
+        determined = {int(self.free[k]) for k in np.flatnonzero(ident.determined)}
+        released = [i for i in self.held if i in determined]
+        if released:
+            self.held = tuple(i for i in self.held if i not in determined)
+            log.info("determined from here, free again: %s", ", ".join(scene_theta.NAMES[i] for i in released))
+
     # -- the phases ------------------------------------------------------------------------------------
     def steps(self, stop: Callable[[], bool] | None = None) -> Iterator[str]:
         """Run the recovery, yielding the phase's name after every step; a truthy `stop()` ends it (interrupted)."""
@@ -377,26 +415,42 @@ class Recovery:
         self.identify_start = self._identify(r, self.start)
         theta = self._hold_undetermined(self.identify_start, self.start)
         yield "identify"
-        for phase in (self._multistart(theta), self._adam(), self._polish(r)):
-            for name in phase:
-                yield name
-                if stopped():
-                    self.interrupted = True
-                    break
-            if self.interrupted:
+        for name in self._phases(r, theta):
+            yield name
+            if stopped():
+                self.interrupted = True
                 break
-        if not self.interrupted:
+        if not self.interrupted and self._identified_at is not self.best_theta:
             self.identify_final = self._identify(r, self.best_theta)
         r.set_theta(self.best_theta)
         self.finished = True
+
+    def _phases(self, r, theta: np.ndarray) -> Iterator[str]:
+        s = self.settings
+        fit_start = yield from self._multistart(theta)
+        basin = yield from self._adam(fit_start, s, "Adam (pyramid, wide edges)")
+        yield from self._polish(r, basin)
+        for hop in range(s.hops):
+            self.identify_final = self._identify(r, self.best_theta)
+            self._identified_at = self.best_theta
+            if self._image_met(self.identify_final) or self.diverged_at is not None:
+                return
+            start = hop_start(self.best_theta, self.free_now(), np.random.default_rng(HOP_SEED + hop))
+            settings = replace(s, iterations=s.hop_iterations)
+            basin = yield from self._adam(start, settings, f"hop {hop + 1}: Adam from the best, perturbed")
+            yield from self._polish(r, basin)
+            self.hops_done = hop + 1
+
+    def free_now(self) -> np.ndarray:
+        """The optimised components not held."""
+        return np.array([i for i in self.free if i not in self.held], np.int64)
 
     def _multistart(self, theta: np.ndarray) -> Iterator[str]:
         s = self.settings
         yaw = scene_theta.NAMES.index(SPREAD_NAME)
         starts = s.starts if yaw in self.free and yaw not in self.held else 1
-        self._fit_start = theta
         if starts == 1:
-            return
+            return theta
         runs, candidates = [], spread_starts(theta, starts)
         short = min(s.start_iterations, s.iterations)
         for k, (offset, candidate) in enumerate(zip(spread_offsets(starts), candidates)):
@@ -414,13 +468,13 @@ class Recovery:
         picked = min(range(len(runs)), key=lambda k: runs[k]["image_loss"])
         self.multistart = {"starts": starts, "iterations": short, "runs": runs, "picked": picked,
                            "spread": {"parameter": SPREAD_NAME, "step_deg": SPREAD_DEG}}
-        self._fit_start = candidates[picked]
+        return candidates[picked]
 
-    def _adam(self) -> Iterator[str]:
-        s = self.settings
-        self.marks.append((self.step_count, "Adam (pyramid, wide edges)"))
-        inv = InverseRender(self.target, self._fit_start, self.truth, self.width, self.height, self.camera, s,
-                            self.held)
+    def _adam(self, start: np.ndarray, s: InvertSettings, label: str) -> Iterator[str]:
+        """Adam from `start` for s.iterations; returns this run's best checked iterate (the polish starts there)."""
+        self.marks.append((self.step_count, label))
+        inv = InverseRender(self.target, start, self.truth, self.width, self.height, self.camera, s, self.held)
+        best, best_loss = np.array(start, np.float64), math.inf
         try:
             while inv.iteration < s.iterations:
                 loss = inv.step()
@@ -435,20 +489,23 @@ class Recovery:
                         self.diverged_at = self.step_count
                         self.marks.append((self.step_count, "Adam diverged: back to the best iterate"))
                         yield "Adam"
-                        return
+                        return self.best_theta
+                    if value < best_loss:
+                        best, best_loss = theta, value
                 yield "Adam"
         finally:
             inv.destroy()
+        return best
 
-    def _polish(self, r) -> Iterator[str]:
-        """Levenberg-Marquardt from the best iterate; a step is kept only if the image loss falls."""
+    def _polish(self, r, start: np.ndarray) -> Iterator[str]:
+        """Levenberg-Marquardt from `start`; a step is kept only if the image loss falls."""
         s = self.settings
         if s.lm_iterations == 0:
             return
         self.marks.append((self.step_count, "Levenberg-Marquardt"))
-        ident = self._identify(r, self.best_theta)
-        theta = self._hold_undetermined(ident, self.best_theta)
-        free = np.array([i for i in self.free if i not in self.held], np.int64)
+        self._release_determined(self._identify(r, start))
+        theta = np.array(start, np.float64)
+        free = self.free_now()
         lo, hi = scene_theta.limits()
         target = self.target.astype(np.float64)
 
@@ -484,8 +541,20 @@ class Recovery:
             yield "Levenberg-Marquardt"
             if last_step is not None and last_step.max() < 1e-3:  # steps of a thousandth of a tolerance: done
                 break
-        self.lm_record = {"steps": taken, "final_damping": damping, "residual_loss": current,
+        self.lm_record = {"steps": self.lm_record.get("steps", 0) + taken, "final_damping": damping,
+                          "residual_loss": current,
                           "last_step_in_tolerances": None if last_step is None else float(last_step.max())}
+
+    def _image_floor(self, ident: Identifiability) -> tuple[float, set[int]]:
+        """The image loss a one-tolerance error of the least visible determined parameter would leave, and the
+        determined (not held) components."""
+        determined = {int(self.free[k]) for k in np.flatnonzero(ident.determined)} - set(self.held)
+        visible = [k for k in range(len(self.free)) if int(self.free[k]) in determined]
+        floor = 0.5 * min((ident.sensitivity[k] for k in visible), default=0.0) / (3.0 * self.width * self.height)
+        return floor, determined
+
+    def _image_met(self, ident: Identifiability) -> bool:
+        return self.best_loss <= self.target_noise + self._image_floor(ident)[0]
 
     # -- the verdict -----------------------------------------------------------------------------------
     def verdict(self) -> dict:
@@ -493,15 +562,11 @@ class Recovery:
         if not self.finished:
             raise RuntimeError("Recovery.verdict: run steps() first")
         theta = self.best_theta
-        n = self.width * self.height
         ident = self.identify_final or self.identify_start
-        determined = {int(self.free[k]) for k in np.flatnonzero(ident.determined)} - set(self.held)
+        floor, determined = self._image_floor(ident)
         unidentifiable = [scene_theta.NAMES[i] for i in self.free if i not in determined]
-        visible = [k for k in range(len(self.free)) if int(self.free[k]) in determined]
-        # the image loss a one-tolerance error of the least visible determined parameter would leave
-        floor = 0.5 * min((ident.sensitivity[k] for k in visible), default=0.0) / (3.0 * n)
         noise = self.target_noise
-        image_ok = self.best_loss <= noise + floor
+        image_ok = self._image_met(ident)
         record = {
             "image_criterion": {"final_loss": self.best_loss, "start_loss": self.start_loss,
                                 "loss_of_one_tolerance": floor, "target_noise": noise, "met": bool(image_ok),

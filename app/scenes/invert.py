@@ -63,6 +63,10 @@ def _parser() -> argparse.ArgumentParser:
                    f"(default {d.iterations})")
     p.add_argument("--lm-iters", type=int, default=d.lm_iterations, metavar="N",
                    help=f"Levenberg-Marquardt steps of the polish, at most; 0 = none (default {d.lm_iterations})")
+    p.add_argument("--hops", type=int, default=d.hops, metavar="N",
+                   help=f"restarts from the best iterate, perturbed (half the default perturbation), each "
+                        f"{d.hop_iterations} Adam iterations and a polish, while the image loss says the fit is "
+                        f"not there; 0 = none (default {d.hops})")
     p.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr})")
     p.add_argument("--loss", choices=("l2", "l1"), default=d.loss, help="Adam's image loss (default l2)")
     p.add_argument("--levels", type=int, default=d.levels, help=f"Adam's image pyramid levels 1..4 "
@@ -103,8 +107,10 @@ def _validate(args: argparse.Namespace) -> tuple[dict[str, float], dict[int, flo
     if not (math.isfinite(args.t) and 0.0 <= args.t <= 1.0):
         raise UserError(f"--t {args.t} is outside the timeline: choose 0..1")
     check_view(args.width, args.height)
-    if args.iters < 1 or args.frame_every < 1 or args.starts < 1 or args.start_iters < 1 or args.lm_iters < 0:
-        raise UserError("--iters, --frame-every, --starts and --start-iters must be at least 1, --lm-iters at least 0")
+    if args.iters < 1 or args.frame_every < 1 or args.starts < 1 or args.start_iters < 1 or args.lm_iters < 0 \
+            or args.hops < 0:
+        raise UserError("--iters, --frame-every, --starts and --start-iters must be at least 1, --lm-iters and "
+                        "--hops at least 0")
     if not (args.lr > 0.0 and math.isfinite(args.lr)):
         raise UserError(f"--lr must be a positive number, got {args.lr}")
     if not 1 <= args.levels <= 4:
@@ -172,13 +178,15 @@ def _invert(args: argparse.Namespace, checked: tuple, target_png: np.ndarray | N
     start = scene_theta.perturb(truth, perturb, args.seed)
     settings = InvertSettings(iterations=args.iters, lr=args.lr, loss=args.loss, levels=args.levels,
                               edge_start=args.edge_start, groups=groups, compare=compare, starts=args.starts,
-                              start_iterations=min(args.start_iters, args.iters), lm_iterations=args.lm_iters)
+                              start_iterations=min(args.start_iters, args.iters), lm_iterations=args.lm_iters,
+                              hops=args.hops)
     known = truth if target_png is None else None  # a picture's verdict is its residual's
     noise = quantisation_loss(target) if target_png is not None else 0.0
     rec = Recovery(target, start, known, args.width, args.height, camera, settings, target_noise=noise)
     frames: list[np.ndarray] = []
-    progress = bar(total=settings.starts * settings.start_iterations + settings.iterations + settings.lm_iterations + 1,
-                   desc=f"invert on {running.name}")
+    most = (settings.starts * settings.start_iterations + settings.iterations + settings.lm_iterations + 1
+            + settings.hops * (settings.hop_iterations + settings.lm_iterations))  # the polish and hops often stop early
+    progress = bar(total=most, desc=f"invert on {running.name}")
     framed = -1  # the step of the last frame
     with graceful_stop() as stop:  # Ctrl-C ends the run; the work so far is written, marked interrupted
         for phase in rec.steps(stop=lambda: bool(stop)):
@@ -228,7 +236,7 @@ def _record(args, rec: Recovery, verdict: dict, running, truth, start, settings,
         "errors": {"start": scene_theta.group_errors(start, truth), "final": scene_theta.group_errors(final, truth)},
         "image_loss": {"start": rec.start_loss, "final": rec.best_loss,
                        "orders": verdict["image_criterion"]["orders"]},
-        "multistart": rec.multistart, "levenberg_marquardt": rec.lm_record,
+        "multistart": rec.multistart, "levenberg_marquardt": rec.lm_record, "hops": rec.hops_done,
         "marks": [{"step": step, "phase": text} for step, text in rec.marks],
         "steps": rec.step_count, "losses": rec.losses,
         "image_losses": [{"step": step, "loss": value} for step, value in rec.image_losses],
@@ -268,8 +276,8 @@ def _frame(rec: Recovery, target: np.ndarray, out: Path) -> np.ndarray:
     keep = r.theta_values()
     r.set_loss("l2", 1, 1.0)
     r.set_theta(rec.current)
-    loss = rec.losses[-1] if rec.losses else float("nan")
-    panel = side_by_side(r.render(), target, f"step {rec.step_count}  loss {loss:.3e}")
+    step, loss = rec.image_losses[-1]  # the last full-resolution image loss checked (the verdict's loss)
+    panel = side_by_side(r.render(), target, f"step {rec.step_count}  image loss {loss:.3e} (at step {step})")
     r.set_theta(keep)
     image_io.write_png(out / "frames" / f"iter_{rec.step_count:05d}.png", panel)
     return panel
