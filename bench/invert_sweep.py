@@ -45,9 +45,9 @@ def _parse_list(text: str, kind, flag: str) -> tuple:
 
 
 def _worker_init(arch: str | None) -> None:
-    # Taichi's default thread count in every worker: its offline cache key holds the thread cap, so a capped
-    # worker would compile the whole differentiable renderer again (minutes) instead of loading it
-    os.environ["SHANNON_PIN_THREADS"] = "0"  # workers share the cores: pinning each pool to every core collides
+    # Each worker as a plain `invert` process: Taichi's default threads and pinning, whose kernels the offline
+    # cache holds (its key holds the thread cap and the SNode ids; a capped worker compiled the whole
+    # differentiable renderer again, minutes)
     from engine import backend
 
     backend.init(arch)
@@ -118,6 +118,8 @@ def main(argv: list[str]) -> int:
             progress.set_postfix_str(f"{sum(r.get('recovered', False) for r in rows)}/{len(rows)} recovered",
                                      refresh=False)
             progress.update()
+        pool.close()  # the workers exit on their own, so Taichi writes what they compiled to its offline cache
+        pool.join()
     wall = time.perf_counter() - started
     text, failed = _table(rows, frames, seeds, options, wall)
     emit(text, "invert_sweep", options.out)

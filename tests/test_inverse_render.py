@@ -15,7 +15,7 @@ from engine.gauss_newton import NOISE_FLOOR, box_halve, identifiability, lm_step
 from tests.conftest import OTHER_ARCHS, fresh_worker
 
 ARCHS = ["cpu", *OTHER_ARCHS]
-SMALL = ["--width", "64", "--height", "32", "--arch", "cpu"]
+SMALL = ["--width", "64", "--height", "32", "--arch", "cpu", "--hops", "0"]
 
 
 def _invert(*flags: str, timeout: int = 900) -> subprocess.CompletedProcess:

@@ -87,8 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     flags = invert.add_argument_group("invert settings", "as for `python -m app invert` (its defaults); --grid "
                                                          "overrides them")
     for flag in job_specs.INVERT_FLAGS:
-        flags.add_argument(f"--{flag}", type=job_specs.INVERT_KEYS.get(flag, int if flag in ("width", "height") else str),
-                           default=None)
+        flags.add_argument(f"--{flag.replace('_', '-')}", dest=flag, default=None,
+                           type=job_specs.INVERT_KEYS.get(flag, int if flag in ("width", "height") else str),
+                           help="as `invert`'s (default: its default)")
     for kind in (fit, render, invert):
         add_verbosity_arguments(kind, default=argparse.SUPPRESS)
     return parser

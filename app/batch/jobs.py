@@ -28,7 +28,8 @@ from engine.mesh_io import FORMATS
 
 FIT_KEYS = {"subdiv": int, "iters": int, "lr": float, "smooth": float, "smooth_end": float, "samples": int,
             "seed": int}  # every setting of a fit job, as the `fit` flag of the same name (smooth_end: --smooth-end)
-INVERT_KEYS = {"seed": int, "t": float, "iters": int, "lr": float, "starts": int}  # what `batch invert --grid` sweeps
+INVERT_KEYS = {"seed": int, "t": float, "iters": int, "lr": float, "starts": int, "lm_iters": int, "hops": int}
+# ^ what `batch invert --grid` sweeps (lm_iters is `invert --lm-iters`)
 # (each job is `python -m app invert`: its multi-start, --starts, defaults to that command's, 3)
 INVERT_FLAGS = (*INVERT_KEYS, "width", "height", "perturb")  # an invert job's settings: `invert` flags of these names
 
@@ -168,7 +169,7 @@ def invert_jobs(grid: dict[str, list], base: dict, arch: str, threads: int) -> l
 def invert_argv(settings: dict, arch: str, out: str | Path) -> list[str]:
     """The `python -m app invert` flags of an invert job's settings."""
     argv = [item for key in INVERT_FLAGS if settings.get(key) is not None
-            for item in (f"--{key}", str(settings[key]))]
+            for item in (f"--{key.replace('_', '-')}", str(settings[key]))]
     return [*argv, "--arch", arch, "--out", str(out)]
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 
-RUNS = {"huge_lr": (["--lr", "1e6", "--lm-iters", "0", "--iters", "20", "--starts", "1"], ("diverged",)),
-        "huge_perturbation": (["--perturb", "joints=100000", "--iters", "20", "--starts", "1", "--lm-iters", "5"],
-                              ("not_converged", "diverged"))}
+SHORT = ["--iters", "20", "--starts", "1", "--hops", "0"]
+RUNS = {"huge_lr": (["--lr", "1e6", "--lm-iters", "0", *SHORT], ("diverged",)),
+        "huge_perturbation": (["--perturb", "joints=100000", "--lm-iters", "5", *SHORT], ("not_converged", "diverged"))}
 VIEW = ["--t", "0.5", "--width", "128", "--height", "64", "--seed", "3"]
 
 

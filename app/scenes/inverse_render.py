@@ -26,8 +26,8 @@ The recovery (`Recovery.steps`), in phases, each marked on the loss plot (`marks
    first narrowing to 1, the learning rate falling from lr to lr / 10 on a cosine; the full-resolution
    image loss every `check_every` iterations keeps the best iterate and catches divergence.
 4. Levenberg-Marquardt (the polish): from the best iterate (the identifiability redone there frees a held
-   parameter this pose shows), Gauss-Newton steps on the full- and half-resolution residual with the exact Jacobian; a step is
-   taken only if the image loss falls, so the result is never worse than the best iterate.
+   parameter this pose shows), Gauss-Newton steps on the full- and half-resolution residual with the exact
+   Jacobian; a step is taken only if the image loss falls, so the result is never worse than the best iterate.
 5. hops: while the image loss is above what a one-tolerance error would leave (the picture says the fit is
    not there, truth or no truth), up to `hops` restarts from the best iterate moved by half the default
    perturbation (seeded), each a short Adam run and a polish; the best iterate over all of them is kept.
@@ -570,7 +570,8 @@ class Recovery:
         record = {
             "image_criterion": {"final_loss": self.best_loss, "start_loss": self.start_loss,
                                 "loss_of_one_tolerance": floor, "target_noise": noise, "met": bool(image_ok),
-                                "orders": math.log10(self.start_loss / self.best_loss) if self.best_loss > 0 else math.inf},
+                                "orders": (math.log10(self.start_loss / self.best_loss) if self.best_loss > 0
+                                           else math.inf)},
             "last_step_in_tolerances": self.lm_record.get("last_step_in_tolerances"),
             "unidentifiable": unidentifiable,
             "identifiability": {scene_theta.NAMES[int(i)]: {
@@ -617,6 +618,7 @@ def verdict_line(verdict: dict) -> str:
                          for name, value in off.items())
     else:
         image = verdict["image_criterion"]
-        what = (f"image loss {image['final_loss']:.3e} above {image['target_noise'] + image['loss_of_one_tolerance']:.3e}"
-                f" (the target's noise plus the loss a one-tolerance error would leave)")
+        bound = image["target_noise"] + image["loss_of_one_tolerance"]
+        what = (f"image loss {image['final_loss']:.3e} above {bound:.3e} (the target's noise plus the loss a "
+                f"one-tolerance error would leave)")
     return f"{status.upper().replace('_', ' ')}: {what}{tail}"

@@ -1,4 +1,4 @@
-"""Recover the robot-arm scene's parameters from a picture, with a verdict (differentiable ray march, Adam + Gauss-Newton).
+"""Recover the robot-arm scene's parameters from a picture, with a verdict (differentiable ray march, Gauss-Newton).
 
 CLI: python -m app invert [--t T | --target-image PNG] [--set NAME=V,...] [--perturb GROUP=M,...] [--seed S]
      [--optimise GROUP,...] [--iters N] [--lm-iters N] [--starts K] [--start-iters N] [--lr LR] ...
@@ -25,7 +25,8 @@ import numpy as np
 
 from app.flags import add_arch_argument, command_parser
 from app.scenes.inverse_render import (DEFAULT_PERTURB, DEFAULT_T, TOLERANCES, InvertSettings, Recovery, check_view,
-                                       load_target_png, png_compare, quantisation_loss, render_target, side_by_side, verdict_line)
+                                       load_target_png, png_compare, quantisation_loss, render_target, side_by_side,
+                                       verdict_line)
 from engine import scene_theta
 from engine.diff_render import COMPARE_KINDS
 from engine.errors import EXIT_OK, EXIT_RESULT_BAD, UserError
@@ -185,7 +186,7 @@ def _invert(args: argparse.Namespace, checked: tuple, target_png: np.ndarray | N
     rec = Recovery(target, start, known, args.width, args.height, camera, settings, target_noise=noise)
     frames: list[np.ndarray] = []
     most = (settings.starts * settings.start_iterations + settings.iterations + settings.lm_iterations + 1
-            + settings.hops * (settings.hop_iterations + settings.lm_iterations))  # the polish and hops often stop early
+            + settings.hops * (settings.hop_iterations + settings.lm_iterations))  # the polish, hops often stop early
     progress = bar(total=most, desc=f"invert on {running.name}")
     framed = -1  # the step of the last frame
     with graceful_stop() as stop:  # Ctrl-C ends the run; the work so far is written, marked interrupted
@@ -209,7 +210,8 @@ def _invert(args: argparse.Namespace, checked: tuple, target_png: np.ndarray | N
     image = record["image_loss"]
     print(f"invert on {running.name}: {rec.step_count} steps in {record['wall_s']:.1f} s, image loss "
           f"{image['start']:.3e} -> {image['final']:.3e} ({image['orders']:.2f} orders); errors "
-          + ", ".join(f"{g} {v:.3g} {scene_theta.UNITS[g]}" for g, v in record["errors"]["final"].items() if g in groups)
+          + ", ".join(f"{g} {v:.3g} {scene_theta.UNITS[g]}" for g, v in record["errors"]["final"].items()
+                      if g in groups)
           + f"; wrote {out}/invert.json, loss.png, errors.png, frames/, progress.gif")
     print(f"invert: {verdict_line(verdict)}")
     if rec.interrupted:
