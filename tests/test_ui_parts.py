@@ -1,5 +1,6 @@
 """The desktop app's pieces that need no window: camera framing and panning, the file dialog's
-listing, the heat map's colour bar, the start-up progress count and the menu's shortcut table."""
+listing, the heat map's colour bar, the start-up progress count, the menu's shortcut table, the
+render-gradient comparison's protocol, and the inverse render's snapshots (status, verdict, steps) and plot helpers."""
 from __future__ import annotations
 
 import math
@@ -165,3 +166,99 @@ def test_render_gradient_comparison_redoes_both_sides_over_the_agreeing_pixels(b
     assert state.parity.render_grad_stage == "" and "iteration 7" in summary
     assert ("cpu and vulkan agree" if b_off == 0.0 else "cpu and vulkan DIFFER") in summary, summary
     assert "over the 5 of 6 pixels" in summary and "whole image 0.25" in summary, summary
+
+
+def _invert_snapshot(first: int, steps: int, *, images: bool = False, done: bool = False, status: str = "running",
+                     line: str = "") -> dict:
+    """An app.ui.services._invert_snapshot of steps first .. first + steps - 1 of a recovery (no worker)."""
+    groups = ("joints", "gripper", "letter", "letter_angles")
+    snapshot = {
+        "names": np.array(["yaw"]), "name_groups": np.array(["joints"]), "units": np.array(["deg"]), "true": np.array([1.0]), "start": np.array([2.0]),
+        "current": np.array([1.5]), "errors": {g: np.float64(0.5) for g in groups},
+        "steps_from": np.int64(first), "losses": np.arange(first, first + steps, dtype=np.float64) + 1.0,
+        "groups": np.array(groups), "group_units": np.array(["deg", "m", "units", "deg"]),
+        "tolerances": np.array([0.5, 0.005, 0.01, 0.5]),
+        "error_rows": np.full((steps, len(groups)), float(first)),
+        "mark_steps": np.array([0, 0, 2], np.int64), "mark_texts": np.array(["identify", "start 1/1", "Adam (pyramid)"]),
+        "iteration": np.int64(first + steps), "phase": np.array("Adam"),
+        "done": np.bool_(done), "status": np.array(status), "verdict_line": np.array(line)}
+    if images:
+        snapshot.update(target=np.zeros((2, 4, 3), np.uint8), image=np.ones((2, 4, 3), np.uint8),
+                        diff=np.zeros((2, 4, 3), np.uint8))
+    return snapshot
+
+
+def test_a_finished_recovery_s_status_reaches_the_view_and_stops_the_batches():
+    from app.ui.controller import INVERT_IMAGE_EVERY_S
+    from app.ui.panels.invert_panel import badge
+
+    controller, state = _render_grad_controller()
+    controller._invert_in_flight, controller._invert_started = False, None
+    view = state.invert
+    controller._invert_snapshot(state, _invert_snapshot(0, 0, images=True), reset=True)
+    assert view.ready and view.status == "running" and not view.done and badge(view)[0] == "ready"
+    view.running = True
+    controller._keep_inverting(state)
+    batch = controller.primary.sent[-1]
+    assert batch.name.endswith("invert_run") and batch.inputs["image_every_s"] == INVERT_IMAGE_EVERY_S
+    assert badge(view)[0] == "running"
+    controller._invert_snapshot(state, _invert_snapshot(0, 3), reset=False)  # no images in this batch: kept
+    assert view.image_iteration == 0 and view.image is not None and view.iteration == 3
+    controller._invert_snapshot(state, _invert_snapshot(3, 2, images=True, done=True, status="not_converged",
+                                                        line="NOT CONVERGED: wrist off by 8.35 deg (tolerance 0.5)"),
+                                reset=False)
+    assert view.done and not view.running and view.status == "not_converged" and view.verdict_line.startswith("NOT")
+    assert view.losses == [1.0, 2.0, 3.0, 4.0, 5.0] and view.iteration == view.image_iteration == 5
+    assert view.group_errors["gripper"] == [0.0, 0.0, 0.0, 3.0, 3.0] and view.tolerances[1] == 0.005
+    assert view.marks == [(0, "identify"), (0, "start 1/1"), (2, "Adam (pyramid)")]
+    assert badge(view)[0] == "not converged"
+    view.running = True  # Start is disabled once done; nothing more is sent even so
+    sent = len(controller.primary.sent)
+    controller._keep_inverting(state)
+    assert len(controller.primary.sent) == sent
+
+
+def test_the_invert_panel_s_phase_marks_and_tolerance_dashes():
+    from app.ui.panels.invert_panel import DASHES, dashed, phase_at
+
+    marks = [(0, "identify"), (0, "start 1/3 (yaw +0 deg)"), (30, "start 2/3 (yaw +15 deg)"),
+             (90, "Adam (pyramid, wide edges)"), (240, "Levenberg-Marquardt"), (250, "Adam diverged: back")]
+    assert phase_at(marks, 0) == "start 1/3 (yaw +0 deg)" and phase_at(marks, 89.5) == "start 2/3 (yaw +15 deg)"
+    assert phase_at(marks, 240) == "Levenberg-Marquardt" and phase_at(marks, -1) == ""
+    xs, ys = dashed(0.0, 10.0, 0.5)
+    assert len(xs) == 2 * DASHES and xs[0] == 0.0 and xs[-1] == 10.0 and set(ys) == {0.5}
+
+
+def test_a_long_verdict_is_cut_at_a_word_to_fit_its_lines():
+    import math
+
+    from app.ui.panels.invert_panel import clipped
+
+    def height_of(text: str) -> float:  # 10 characters a line, 10 pixels a line
+        return 10.0 * math.ceil(len(text) / 10)
+
+    assert clipped("CONVERGED", height_of, 20.0) == "CONVERGED"
+    line = "NOT CONVERGED: yaw off by 6.47 deg (tolerance 0.5), wrist off by 28.7 deg"
+    shown = clipped(line, height_of, 20.0)
+    assert shown == "NOT CONVERGED: ..." and height_of(shown) <= 20.0  # with " yaw" it would take 3 lines
+
+
+def test_the_error_plot_s_tooltip_gives_each_group_s_error_in_its_unit():
+    from app.ui.panels.invert_panel import error_tooltip
+    from app.ui.state import InvertView
+
+    view = InvertView(groups=["joints", "gripper"], group_units=["deg", "m"], tolerances=[0.5, 0.005],
+                      group_errors={"joints": [20.0, 16.57], "gripper": [0.03, 0.0213]},
+                      marks=[(0, "identify"), (0, "start 1/3 (yaw +0 deg)")])
+    assert error_tooltip(view, 1) == ("step 1: largest error per group (tolerance)\njoints: 16.6 deg (0.5)\n"
+                                      "gripper: 0.0213 m (0.005)\nstart 1/3 (yaw +0 deg)")
+
+
+def test_the_error_plot_spans_the_tolerances_and_the_largest_error():
+    from app.ui.panels.invert_panel import ERROR_FLOOR_SHARE, error_range
+    from app.ui.state import InvertView
+
+    view = InvertView(groups=["joints", "gripper"], tolerances=[0.5, 0.005],
+                      group_errors={"joints": [20.0, 0.0], "gripper": [0.03, 1e-9]})
+    assert error_range(view) == (ERROR_FLOOR_SHARE * 0.005, 30.0)
+    assert error_range(InvertView()) == (ERROR_FLOOR_SHARE, 3.0)  # before the first snapshot

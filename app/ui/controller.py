@@ -14,7 +14,8 @@
 6. send the latest full-quality frame to the parity backend when its worker is idle;
 7. every GRAD_PARITY_EVERY_S, while the fit has moved on, evaluate its gradient on the primary
    (between batches: the fit keeps running) and again at the same vertices on the parity backend;
-8. keep a running inverse render going: one batch (INVERT_BATCH_S) in flight at a time; its render
+8. keep a running inverse render (the recovery `invert` runs) going: one batch (INVERT_BATCH_S) in flight at a
+   time, its images rendered at most every INVERT_IMAGE_EVERY_S, until the worker says it is done; its render
    gradient is compared across backends when the parity panel asks, the way the claim
    `render_grad_parity` compares it: A then B over the whole image, then (where a last-bit difference
    flipped a march decision on a few silhouette pixels) A then B again over the pixels whose images agree.
@@ -42,6 +43,8 @@ SERVICES = "app.ui.services"
 FIT_BATCH_S = 0.05  # a running fit returns to the link this often, so frames can interleave
 GRAD_PARITY_EVERY_S = 2.0  # the live fit's gradients are compared across backends at most this often
 INVERT_BATCH_S = 0.3  # a running inverse render returns to the link this often
+INVERT_IMAGE_EVERY_S = 1.0  # ...and renders its images for the panel at most this often (a render costs 2/3 of a step)
+INVERT_MAX_STEPS = 1_000_000  # a running batch's step limit: its time budget ends it
 INVERT_VIEW = (256, 128)  # the inverse render panel's resolution: the claim's (at 128x64 the arm is too thin to recover)
 INVERT_TIMEOUT_S = 1800.0  # a cold start compiles the differentiable renderer: minutes on a loaded 2-core machine
 MIN_RENDER_PX = 32
@@ -265,23 +268,40 @@ class Controller:
         tape.backward_ms = [float(s) * 1e3 for s in out["tape_backward_s"]]
 
     def _invert_snapshot(self, state: AppState, out: dict, reset: bool) -> None:
+        """A recovery's snapshot (app.ui.services._invert_snapshot): the steps since the last one, images when it
+        carries them (some batches only), the phase, and the verdict once done."""
         view = state.invert
         self._invert_in_flight = False
         if reset:
-            view.losses, view.busy, view.ready, view.error = [], False, True, ""
-        view.target, view.image, view.diff = out["target"], out["image"], out["diff"]
-        view.image_version += 1
+            view.losses, view.group_errors, view.busy, view.ready, view.error = [], {}, False, True, ""
+        if "image" in out:
+            view.target, view.image, view.diff = out["target"], out["image"], out["diff"]
+            view.image_version += 1
+            view.image_iteration = int(out["iteration"])
         view.names, view.units = [str(n) for n in out["names"]], [str(u) for u in out["units"]]
+        view.name_groups = [str(g) for g in out["name_groups"]]
         view.true, view.start = [float(v) for v in out["true"]], [float(v) for v in out["start"]]
         view.current = [float(v) for v in out["current"]]
         view.errors = {str(k): float(v) for k, v in out["errors"].items()}
+        first = int(out["steps_from"])  # the step the new rows begin at (a batch repeats none, drops none)
+        del view.losses[first:]
         view.losses.extend(float(loss) for loss in out["losses"])
+        view.groups = [str(g) for g in out["groups"]]
+        view.group_units = [str(u) for u in out["group_units"]]
+        view.tolerances = [float(v) for v in out["tolerances"]]
+        for k, group in enumerate(view.groups):
+            series = view.group_errors.setdefault(group, [])
+            del series[first:]
+            series.extend(float(v) for v in out["error_rows"][:, k])
+        view.marks = [(int(step), str(text)) for step, text in zip(out["mark_steps"], out["mark_texts"])]
         view.iteration = int(out["iteration"])
+        view.phase, view.done, view.status = str(out["phase"]), bool(out["done"]), str(out["status"])
+        view.verdict_line = str(out["verdict_line"])
         if view.running and self._invert_started is not None:
             elapsed = time.perf_counter() - self._invert_started
             if elapsed > 0.5:
                 view.iterations_per_s = (view.iteration - self._invert_iterations_at_start) / elapsed
-        if view.iteration >= view.max_iterations:
+        if view.done:
             view.running = False
 
     def _parity_answer(self, state: AppState, answer: Answer) -> None:
@@ -368,7 +388,7 @@ class Controller:
                                                       "height": INVERT_VIEW[1]})
         elif command.kind == "invert_step":
             self._invert_in_flight = True
-            self._send_invert(state, "invert_run", {"max_steps": 1, "budget_s": 0.0})
+            self._send_invert(state, "invert_run", {"max_steps": 1, "budget_s": 0.0, "image_every_s": 0.0})
         elif command.kind == "render_grad" and not state.parity.render_grad_stage:
             state.parity.render_grad_stage = f"evaluating on {state.arch} (A)"
             state.parity.render_grad_started = time.perf_counter()
@@ -410,14 +430,15 @@ class Controller:
 
     def _keep_inverting(self, state: AppState) -> None:
         view = state.invert
-        if not (view.running and view.ready and not view.busy):
+        if not (view.running and view.ready and not view.busy and not view.done):
             self._invert_started = None
             return
         if self._invert_started is None:
             self._invert_started, self._invert_iterations_at_start = time.perf_counter(), view.iteration
         if not self._invert_in_flight:
             self._invert_in_flight = True
-            self._send_invert(state, "invert_run", {"max_steps": view.max_iterations, "budget_s": INVERT_BATCH_S})
+            self._send_invert(state, "invert_run", {"max_steps": INVERT_MAX_STEPS, "budget_s": INVERT_BATCH_S,
+                                                    "image_every_s": INVERT_IMAGE_EVERY_S})
 
     def _request_frame(self, state: AppState) -> None:
         view = state.raymarch

@@ -10,12 +10,21 @@ Each function takes numpy-compatible keyword inputs and returns a dict of arrays
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 
 _fit = None  # app.scenes.shape_fit.ShapeFit, replaced by every reset
-_inverse = None  # app.scenes.invert.InverseRender, replaced by every invert_reset
+_recovery = None  # app.scenes.inverse_render.Recovery, replaced by every invert_reset
+_steps = None  # its steps() generator, pulled by invert_run
+_phase = ""  # the phase the generator named last
+_done = False  # the generator is exhausted (or raised)
+_verdict: dict | None = None  # Recovery.verdict() once done ({} when the generator raised)
+_shipped = 0  # the steps whose losses and errors a snapshot has carried
+_images_at = -math.inf  # perf_counter when a snapshot last carried images
+_images_of: tuple[int, bool] = (-1, False)  # the (step, finished) they showed
+_probed_at = -1  # the step at which invert_gradient last rendered another image into the shared renderer
 INVERT_GROUPS = ("joints", "gripper", "letter", "letter_angles")  # what the panel perturbs and recovers
 
 
@@ -116,78 +125,154 @@ def _snapshot(fit, losses: list[float], tape: dict) -> dict:
             "losses": np.asarray(losses, dtype=np.float64), "iteration": np.int64(len(fit.losses)), **tape}
 
 
-def invert_reset(t: float, width: int, height: int, perturbation: float, seed: int, iterations: int) -> dict:
-    """Start an inversion: target = the differentiable render of the timeline's frame at t; start = its
-    parameters moved by `perturbation` times the default perturbation of the pose groups (seeded). One start: the
-    panel steps it interactively, without `invert`'s multi-start (app.scenes.invert.pick_start)."""
-    global _inverse
-    from app.scenes.invert import InverseRender, InvertSettings, render_target
+def invert_reset(t: float, width: int, height: int, perturbation: float, seed: int) -> dict:
+    """Start a recovery: the one `python -m app invert` runs (app.scenes.inverse_render.Recovery with its default
+    schedule: identify, multi-start over the base yaw, Adam, Levenberg-Marquardt) of the pose groups
+    (INVERT_GROUPS). Target = the differentiable render of the timeline's frame at t; start = its parameters
+    moved by `perturbation` times the default perturbation of those groups (seeded). Nothing runs yet:
+    `invert_run` pulls the recovery's steps."""
+    global _recovery, _steps, _phase, _done, _verdict, _shipped, _probed_at
+    from app.scenes.inverse_render import InvertSettings, Recovery, render_target
     from app.scenes.robot_arm import theta_at
     from engine import scene_theta
 
-    if _inverse is not None:
-        _inverse.destroy()
-    _inverse = None
+    if _steps is not None:
+        _steps.close()  # the phase under way frees its optimiser's fields (its `finally`)
+    _recovery = _steps = None
     truth = theta_at(float(t))
     target = render_target(truth, int(width), int(height))
     magnitudes = {g: scene_theta.DEFAULT_PERTURB[g] * float(perturbation) for g in INVERT_GROUPS}
     start = scene_theta.perturb(truth, magnitudes, int(seed))
-    settings = InvertSettings(iterations=int(iterations), groups=INVERT_GROUPS)
-    _inverse = InverseRender(target, start, truth, int(width), int(height), settings=settings)
-    return _invert_snapshot([])
+    rec = Recovery(target, start, truth, int(width), int(height), settings=InvertSettings(groups=INVERT_GROUPS))
+    _recovery, _steps, _phase, _done, _verdict, _shipped, _probed_at = rec, rec.steps(), "", False, None, 0, -1
+    return _invert_snapshot(images=True)
 
 
-def invert_run(max_steps: int, budget_s: float) -> dict:
-    """Step the inversion until `max_steps` steps, its last iteration, or (after one step) `budget_s` seconds."""
-    if _inverse is None:
+def invert_run(max_steps: int, budget_s: float, image_every_s: float = 0.0) -> dict:
+    """Pull the recovery's steps until `max_steps` more are taken, it has ended, or (after one step) `budget_s`
+    seconds have passed. Work that takes no step (the identifiability at the start) runs with the step after it,
+    so one Step is one step. The snapshot carries the images when `image_every_s` seconds have passed since the
+    last ones, and once more when the recovery has ended (they show its result): rendering them costs about 2/3
+    of an Adam step, which every 0.3 s batch of one or two steps paid before (`_current_image`)."""
+    global _phase, _done, _verdict
+    if _recovery is None:
         raise RuntimeError("no inversion: reset first")
+    rec = _recovery
     started = time.perf_counter()
-    losses = []
-    while (len(losses) < int(max_steps) and _inverse.iteration < _inverse.settings.iterations
-           and not (losses and time.perf_counter() - started >= float(budget_s))):
-        losses.append(_inverse.step())
-    return {**_invert_snapshot(losses), "seconds": np.float64(time.perf_counter() - started)}
+    first = rec.step_count
+    while not _done and rec.step_count - first < int(max_steps) \
+            and not (rec.step_count > first and time.perf_counter() - started >= float(budget_s)):
+        try:
+            _phase = next(_steps)
+        except StopIteration:
+            _done = True
+        except BaseException:
+            _done = True  # the generator is closed: the error is this call's answer, the panel says "failed"
+            raise
+    if _done and _verdict is None:
+        _verdict = rec.verdict() if rec.finished else {}
+    shown = (rec.step_count, rec.finished)
+    images = shown != _images_of and (_done or time.perf_counter() - _images_at >= float(image_every_s))
+    return {**_invert_snapshot(images), "seconds": np.float64(time.perf_counter() - started)}
+
+
+def _shown_theta(rec) -> np.ndarray:
+    """The theta the panel shows: the last step's while the recovery runs, its result (the best iterate) after."""
+    return rec.best_theta if rec.finished else rec.current
 
 
 def invert_gradient(theta: np.ndarray | None = None, weight: np.ndarray | None = None) -> dict:
-    """d loss / d theta of the inversion's view and target (full-resolution L2, 1-pixel silhouettes) at `theta`
-    (default: its current theta) over the pixels `weight` (H, W) float32 weighs (default: all), with the
+    """d loss / d theta of the recovery's view and target (full-resolution L2, 1-pixel silhouettes) at `theta`
+    (default: the theta the panel shows) over the pixels `weight` (H, W) float32 weighs (default: all), with the
     rendered image and the inputs of the "render_gradient" computation that redoes it on another backend.
-    The inversion's own theta, compared image and loss settings are put back afterwards."""
+
+    The shared renderer is then put back as the recovery's phase under way needs it between two steps: its
+    view, compared image and target as the phase set them, the plain loss, and theta at the last step's
+    (Recovery.current: the renderer's theta at every yield; the Adam steps re-set their loss settings every
+    step, and the Levenberg-Marquardt steps their theta too)."""
+    global _probed_at
+    from app.scenes.inverse_render import renderer
     from engine.diff_render import run_render_gradient
 
-    if _inverse is None:
+    if _recovery is None:
         raise RuntimeError("no inversion: reset first")
-    current = _inverse.theta()
-    inputs = {"theta": current if theta is None else np.asarray(theta, np.float64), "target": _inverse.target,
-              "weight": np.ones(_inverse.target.shape[:2], np.float32) if weight is None
-              else np.asarray(weight, np.float32), "width": np.int64(_inverse.width), "height": np.int64(_inverse.height)}
+    rec = _recovery
+    current = _shown_theta(rec)
+    inputs = {"theta": current if theta is None else np.asarray(theta, np.float64), "target": rec.target,
+              "weight": np.ones(rec.target.shape[:2], np.float32) if weight is None
+              else np.asarray(weight, np.float32), "width": np.int64(rec.width), "height": np.int64(rec.height),
+              "azimuth": np.float64(rec.camera.azimuth), "elevation": np.float64(rec.camera.elevation),
+              "distance": np.float64(rec.camera.distance), "compare": np.array(rec.settings.compare)}
     out = run_render_gradient(**inputs)
-    _inverse.r.set_theta(current)
-    _inverse.r.set_compare(_inverse.settings.compare)
-    _inverse.r.set_loss(_inverse.settings.loss, _inverse.settings.levels, _inverse.settings.edge_start)
-    _inverse.r.set_target(_inverse.target)
-    return {"grad": out["grad"], "loss": out["loss"], "image": out["image"], "iteration": np.int64(_inverse.iteration),
+    _probed_at = rec.step_count  # the renderer's image is this evaluation's now
+    r = renderer()
+    r.set_view(rec.camera, rec.width, rec.height)  # (resets the compared image and forgets the target)
+    r.set_compare(rec.settings.compare)
+    r.set_target(rec.target)
+    r.set_loss("l2", 1, 1.0)
+    r.set_theta(current)
+    return {"grad": out["grad"], "loss": out["loss"], "image": out["image"], "iteration": np.int64(rec.step_count),
             "at": inputs}
 
 
-def _invert_snapshot(losses: list[float]) -> dict:
-    """The inversion's images (sRGB uint8), pose parameters in display units and new losses, as arrays."""
-    from app.scenes.invert import side_by_side
+def _current_image(rec, theta: np.ndarray) -> np.ndarray:
+    """The plain full-resolution image (1-pixel silhouettes) at `theta`, linear RGB. A step that ended with the
+    recovery's full-resolution check (every `check_every`-th Adam step, every Levenberg-Marquardt step) left that
+    very image in the shared renderer: it is read from there; otherwise rendered (theta is the renderer's
+    already: Recovery.current at every yield, best_theta at the end)."""
+    from app.scenes.inverse_render import renderer
+
+    r = renderer()
+    checked = bool(rec.image_losses) and rec.image_losses[-1][0] == rec.step_count
+    if checked and not rec.finished and rec.step_count > max(_probed_at, 0):
+        return r.image_numpy()
+    r.set_loss("l2", 1, 1.0)
+    r.set_theta(theta)
+    return r.render()
+
+
+def _invert_snapshot(images: bool) -> dict:
+    """The recovery as arrays: the steps since the last snapshot (`steps_from`: the first one's index; their
+    losses and per-group errors), the pose parameters in display units, the phase marks, the phase, `done`,
+    `status` ("running" until done, then the verdict's) and the verdict line; with `images`, the target | current
+    | |difference| images (sRGB uint8) at the theta the panel shows."""
+    global _shipped, _images_at, _images_of
+    from app.scenes.invert import group_error_series
+    from app.scenes.inverse_render import TOLERANCES, side_by_side, verdict_line
     from engine import scene_theta
 
-    inv = _inverse
-    current = inv.current_image()
-    panel = side_by_side(current, inv.target)
-    w = inv.width
+    rec = _recovery
+    theta = _shown_theta(rec)
+    out = {}
+    if images:
+        panel = side_by_side(_current_image(rec, theta), rec.target)
+        w = rec.width
+        out.update(target=panel[:, :w], image=panel[:, w:2 * w], diff=panel[:, 2 * w:])
+        _images_at, _images_of = time.perf_counter(), (rec.step_count, rec.finished)
     pose = [i for g in INVERT_GROUPS for i in range(scene_theta.GROUPS[g].start, scene_theta.GROUPS[g].stop)]
-    theta = inv.theta()
-    errors = scene_theta.group_errors(theta, inv.truth)
-    return {"image": panel[:, :w], "target": panel[:, w:2 * w], "diff": panel[:, 2 * w:],
-            "names": np.array([scene_theta.NAMES[i] for i in pose]),
-            "units": np.array([scene_theta.UNITS[scene_theta.group_of(i)] for i in pose]),
-            "true": np.array([scene_theta.display(i, inv.truth[i]) for i in pose]),
-            "start": np.array([scene_theta.display(i, inv.start[i]) for i in pose]),
-            "current": np.array([scene_theta.display(i, theta[i]) for i in pose]),
-            "errors": {g: np.float64(errors[g]) for g in INVERT_GROUPS},
-            "losses": np.asarray(losses, np.float64), "iteration": np.int64(inv.iteration)}
+    new = rec.errors[_shipped:]
+    series = group_error_series(new, INVERT_GROUPS)
+    if _done:
+        status = _verdict.get("status", "failed")
+        line = verdict_line(_verdict) if _verdict else "the recovery failed: Reset to start over"
+    else:
+        status, line = "running", ""
+    out.update({
+        "names": np.array([scene_theta.NAMES[i] for i in pose]),
+        "name_groups": np.array([scene_theta.group_of(i) for i in pose]),
+        "units": np.array([scene_theta.UNITS[scene_theta.group_of(i)] for i in pose]),
+        "true": np.array([scene_theta.display(i, rec.truth[i]) for i in pose]),
+        "start": np.array([scene_theta.display(i, rec.start[i]) for i in pose]),
+        "current": np.array([scene_theta.display(i, theta[i]) for i in pose]),
+        "errors": {g: np.float64(v) for g, v in scene_theta.group_errors(theta, rec.truth).items() if g in INVERT_GROUPS},
+        "steps_from": np.int64(_shipped), "losses": np.asarray(rec.losses[_shipped:], np.float64),
+        "groups": np.array(INVERT_GROUPS), "group_units": np.array([scene_theta.UNITS[g] for g in INVERT_GROUPS]),
+        "tolerances": np.array([TOLERANCES[g] for g in INVERT_GROUPS], np.float64),
+        "error_rows": np.array([series[g] for g in INVERT_GROUPS], np.float64).T.reshape(len(new), len(INVERT_GROUPS)),
+        "mark_steps": np.array([step for step, _ in rec.marks], np.int64),
+        "mark_texts": np.array([text for _, text in rec.marks], dtype=str),
+        "iteration": np.int64(rec.step_count),
+        "phase": np.array(_phase), "done": np.bool_(_done), "status": np.array(status), "verdict_line": np.array(line),
+    })
+    _shipped = rec.step_count
+    return out

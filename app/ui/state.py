@@ -139,25 +139,36 @@ class ParityView:
 
 @dataclass
 class InvertView:
-    """The inverse-render panel: recover the scene's pose from a rendered target (app.scenes.invert)."""
+    """The inverse-render panel: the recovery of the scene's pose from a rendered target that `python -m app invert`
+    runs (app.scenes.inverse_render.Recovery), stepped in the primary worker (app.ui.services.invert_*)."""
 
     t: float = 0.1  # the timeline frame that is the target
     perturbation: float = 1.0  # times the default start perturbation (joints 20 deg, gripper 0.03 m, letter 0.2 ...)
-    seed: int = 2  # the claim pose_recovery's (one start, no multi-start: seeds 3, 5, 7 do not recover)
+    seed: int = 2  # the claim pose_recovery's
     running: bool = False  # Start/Pause: the controller keeps sending batches while True
-    max_iterations: int = 400  # the claim's schedule
-    iteration: int = 0
-    losses: list[float] = field(default_factory=list)
+    iteration: int = 0  # steps taken (multi-start, Adam and Levenberg-Marquardt steps together)
+    phase: str = ""  # the phase of the last step ("identify", "multi-start", "Adam", "Levenberg-Marquardt")
+    done: bool = False  # the recovery ended (its verdict is in `status` and `verdict_line`)
+    status: str = ""  # "running" until done, then the verdict's (converged, not_converged, diverged) or "failed"
+    verdict_line: str = ""  # app.scenes.inverse_render.verdict_line, once done
+    losses: list[float] = field(default_factory=list)  # per step: the loss that step's optimiser minimised
+    marks: list[tuple[int, str]] = field(default_factory=list)  # (step, what began there): the phases
+    groups: list[str] = field(default_factory=list)  # the recovered parameter groups
+    group_units: list[str] = field(default_factory=list)  # their display units
+    tolerances: list[float] = field(default_factory=list)  # a recovered group is within these of the truth
+    group_errors: dict[str, list[float]] = field(default_factory=dict)  # per group, its largest error per step
     names: list[str] = field(default_factory=list)  # the pose parameters shown in the table
+    name_groups: list[str] = field(default_factory=list)  # each one's group
     units: list[str] = field(default_factory=list)
     true: list[float] = field(default_factory=list)  # in display units (degrees, metres)
     start: list[float] = field(default_factory=list)
-    current: list[float] = field(default_factory=list)
-    errors: dict = field(default_factory=dict)  # largest error per group, display units
+    current: list[float] = field(default_factory=list)  # the last step's (once done: the result, the best iterate)
+    errors: dict = field(default_factory=dict)  # largest error per group of `current`, display units
     target: np.ndarray | None = None  # (H, W, 3) uint8 sRGB
     image: np.ndarray | None = None  # the current render
     diff: np.ndarray | None = None  # |current - target|, amplified
     image_version: int = 0
+    image_iteration: int = 0  # the step the images show (they come with some batches only)
     iterations_per_s: float = 0.0
     ready: bool = False  # an inversion exists in the worker
     busy: bool = False  # a reset is in flight
@@ -236,5 +247,4 @@ def reset_command(state: AppState) -> Command:
 def invert_reset_command(state: AppState) -> Command:
     """The command that restarts the inverse render with the perturbation and seed its panel shows."""
     view = state.invert
-    return Command("invert_reset", {"t": view.t, "perturbation": view.perturbation, "seed": view.seed,
-                                    "iterations": view.max_iterations})
+    return Command("invert_reset", {"t": view.t, "perturbation": view.perturbation, "seed": view.seed})
