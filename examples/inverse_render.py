@@ -20,7 +20,7 @@ from engine import backend, image_io, scene_theta
 if __name__ == "__main__":
     parser = example_parser(__doc__)                    # --arch, --headless
     parser.add_argument("--t", type=float, default=0.1, help="time on the timeline of the target (default 0.1)")
-    parser.add_argument("--iters", type=int, default=100, help="Adam iterations before the polish (default 100)")
+    parser.add_argument("--iters", type=int, default=150, help="Adam iterations before the polish (default 150)")
     parser.add_argument("--width", type=int, default=256, help="pixels (default 256)")
     parser.add_argument("--height", type=int, default=128, help="pixels (default 128)")
     parser.add_argument("--out", default="out/examples", help="folder for invert.png (default out/examples)")
@@ -30,7 +30,7 @@ if __name__ == "__main__":
     truth = theta_at(args.t)                                           # 21 scene parameters (engine.scene_theta.NAMES)
     target = render_target(truth, args.width, args.height)             # (H, W, 3) float32, linear
     start = scene_theta.perturb(truth, {"joints": 20.0}, seed=2)       # every joint 15..20 degrees off
-    settings = InvertSettings(iterations=args.iters, groups=("joints",))  # only the joints move
+    settings = InvertSettings(iterations=args.iters, groups=("joints",), starts=1)  # only the joints, one start
     rec = Recovery(target, start, truth, args.width, args.height, settings=settings)
     for phase in rec.steps():                           # identify, multi-start, Adam, Levenberg-Marquardt
         pass

