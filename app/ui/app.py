@@ -35,6 +35,12 @@ WINDOW_TITLES = {"raymarch": "Ray march", "fit": "Shape fit", "parity": "Parity"
 FRONT_TAB = "fit"  # of the right column's tabs, the one in front in the default layout
 SOFTWARE_GL = ("llvmpipe", "softpipe", "swiftshader")  # GL renderers that draw on the CPU
 SOFTWARE_GL_FPS_MAX = 60.0  # their frame cap (hardware GL has vsync for that)
+# While the inverse render runs and nothing else moves, the window idles at this rate (hello_imgui's idling: after
+# 3 s without input; any input brings the full rate back at once). Its numbers and plots change a few times a
+# second, and a software-GL frame costs 20-30 ms of CPU: drawing 40-57 fps the window took 1.0-1.4 of the 2 cores
+# from the worker (nice +10), whose recovery ran 0.75-2.4 steps/s; at 20 fps the window takes 0.5-0.56 and it
+# runs 4.1-6.9 (the app as a person runs it, three runs each, other sessions' load 1-6 meanwhile).
+INVERT_IDLE_FPS = 20.0
 WARM_TIMEOUT_S = 600.0  # --frames gives up waiting for live content after this long and shoots anyway
 WARM_REPORT_S = 60.0  # meanwhile it says what it waits for this often
 TEST_WATCHDOG_S = 2400.0  # a test_function script is stopped after this long (a whole GUI session under load)
@@ -279,6 +285,7 @@ def run_app(options: AppOptions) -> AppRun:
     gfx: list[Gfx] = []  # created once the GL context exists
     clock = _FrameClock()
     scripted = options.frames is not None or options.test_function is not None
+    idle_fps = hello_imgui.FpsIdling().fps_idle  # hello_imgui's own idle rate
 
     def before_frame() -> None:
         # every reason to close only ever sets app_shall_exit: a signal's (SIGINT/SIGTERM: close the window
@@ -296,9 +303,11 @@ def run_app(options: AppOptions) -> AppRun:
         if options.start_fit and state.fit.ready and clock.warm_frame is not None and not state.fit.iteration:
             state.fit.running = True
             state.raymarch.playing = options.play
-        busy = (state.raymarch.playing or state.fit.running or state.invert.running or bool(state.warmup)
+        busy = (state.raymarch.playing or state.fit.running or bool(state.warmup)
                 or state.parity.status == "busy" or bool(state.parity.render_grad_stage))
-        params.fps_idling.enable_idling = not scripted and not busy  # idle at a few fps only when nothing moves
+        # idle at a few fps when nothing moves, at INVERT_IDLE_FPS when only the inverse render does
+        params.fps_idling.fps_idle = INVERT_IDLE_FPS if state.invert.running else idle_fps
+        params.fps_idling.enable_idling = not scripted and not busy
         if options.frames is not None and clock.warm_frame is not None and \
                 state.frame - clock.warm_frame >= options.frames:
             params.app_shall_exit = True
