@@ -126,7 +126,8 @@ def _script(records: dict, files: dict):
                 ctx.set_ref("Inverse render")
                 ctx.item_click("**/Step##invert")
                 _wait(ctx, lambda: inverse.iteration == 1, "one inverse-render iteration after Step")
-                records["invert_step"] = (inverse.iteration, list(inverse.losses), inverse.image_version)
+                records["invert_step"] = (inverse.iteration, list(inverse.losses), inverse.image_version,
+                                          inverse.phase, inverse.status, inverse.image_iteration)
         records["front_tab_restored"] = not ctx.item_exists("//Inverse render/**/Step##invert")
 
         ctx.set_ref("Shape fit")
@@ -319,8 +320,10 @@ def test_render_gradient_is_compared_across_backends(session):
 def test_inverse_render_panel_is_live_and_steps(session):
     ready, iteration, n_params, has_image, joints_off = session[0]["invert_warm"]
     assert ready and iteration == 0 and n_params == 10 and has_image and joints_off >= 15.0
-    iteration, losses, _ = session[0]["invert_step"]
+    iteration, losses, _, phase, status, image_iteration = session[0]["invert_step"]
     assert iteration == 1 and len(losses) == 1 and losses[0] > 0.0
+    # the recovery `invert` runs: its first step is the multi-start's, and a Step brings that step's images
+    assert phase == "multi-start" and status == "running" and image_iteration == 1
 
 
 @needs_display
