@@ -27,7 +27,8 @@ MIN_ORDERS = 3.0
 
 
 def run(ctx) -> None:
-    from app.scenes.inverse_render import InvertSettings, Recovery, render_target, side_by_side, verdict_line
+    from app.scenes.inverse_render import (InvertSettings, Recovery, plain_image, render_target, renderer,
+                                           side_by_side, verdict_line)
     from app.scenes.robot_arm import theta_at
     from engine.image_io import write_png
 
@@ -45,7 +46,7 @@ def run(ctx) -> None:
         start_err, final_err = scene_theta.group_errors(start, truth), scene_theta.group_errors(rec.best_theta, truth)
         joint_start = np.degrees(np.abs(start - truth)[scene_theta.GROUPS["joints"]])
         write_png(ctx.out / f"pose_recovery_t{t:g}.png",
-                  side_by_side(target_image(rec), target, f"t = {t:g}: {verdict['status']}"))
+                  side_by_side(plain_image(renderer(), rec.best_theta), target, f"t = {t:g}: {verdict['status']}"))
         ctx.metric(**{f"t{t:g}": {"seed": SEED, "status": verdict["status"], "steps": rec.step_count,
                                   "wall_s": round(wall, 1), "start_errors": start_err, "final_errors": final_err,
                                   "start_loss": image["start_loss"], "final_loss": image["final_loss"],
@@ -64,12 +65,3 @@ def run(ctx) -> None:
                   f"t = {t:g}: the image-only verdict (a picture's, no truth) agrees: image loss "
                   f"{image['final_loss']:.2e} vs {image['loss_of_one_tolerance']:.2e} for a one-tolerance error")
 
-
-def target_image(rec) -> np.ndarray:
-    """The recovery's best image (the renderer's theta is left at rec.best_theta by Recovery.steps)."""
-    from app.scenes.inverse_render import renderer
-
-    r = renderer()
-    r.set_loss("l2", 1, 1.0)
-    r.set_theta(rec.best_theta)
-    return r.render()

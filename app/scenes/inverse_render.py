@@ -248,16 +248,16 @@ class InverseRender:
     def theta(self) -> np.ndarray:
         return self.r.theta_values()
 
-    def image_loss(self, theta: np.ndarray | None = None) -> float:
-        """The plain full-resolution L2 image loss (1-pixel silhouettes) at theta (default: the current one)."""
-        return image_loss(self.r, self.theta() if theta is None else theta, self.settings)
-
-    def current_image(self) -> np.ndarray:
-        self.r.set_loss("l2", 1, 1.0)
-        return self.r.render()
-
     def destroy(self) -> None:
         self.opt.destroy()
+
+
+def plain_image(r, theta: np.ndarray) -> np.ndarray:
+    """Renderer `r`'s plain full-resolution image (1-pixel silhouettes) at theta, linear RGB (H, W, 3); r's theta
+    is left at `theta`, its loss settings at the plain loss."""
+    r.set_loss("l2", 1, 1.0)
+    r.set_theta(theta)
+    return r.render()
 
 
 def image_loss(r, theta: np.ndarray, settings: InvertSettings) -> float:
@@ -515,10 +515,7 @@ class Recovery:
         target = self.target.astype(np.float64)
 
         def objective(th: np.ndarray) -> float:
-            r.set_theta(th)
-            r.set_loss("l2", 1, 1.0)
-            r.record()
-            res, _ = pyramid_residual(r.image_numpy(), target, None, LM_LEVELS)
+            res, _ = pyramid_residual(plain_image(r, th), target, None, LM_LEVELS)
             return 0.5 * float(res @ res) if np.all(np.isfinite(res)) else math.inf
 
         damping, current, taken, last_step = 1e-3, objective(theta), 0, None

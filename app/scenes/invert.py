@@ -271,15 +271,14 @@ def _plots(out: Path, rec: Recovery, record: dict, arch: str) -> None:
 
 
 def _frame(rec: Recovery, target: np.ndarray, out: Path) -> np.ndarray:
-    from app.scenes.inverse_render import renderer
+    from app.scenes.inverse_render import plain_image, renderer
     from engine import image_io
 
     r = renderer()
     keep = r.theta_values()
-    r.set_loss("l2", 1, 1.0)
-    r.set_theta(rec.current)
     step, loss = rec.image_losses[-1]  # the last full-resolution image loss checked (the verdict's loss)
-    panel = side_by_side(r.render(), target, f"step {rec.step_count}  image loss {loss:.3e} (at step {step})")
+    panel = side_by_side(plain_image(r, rec.current), target,
+                         f"step {rec.step_count}  image loss {loss:.3e} (at step {step})")
     r.set_theta(keep)
     image_io.write_png(out / "frames" / f"iter_{rec.step_count:05d}.png", panel)
     return panel

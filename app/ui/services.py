@@ -220,15 +220,13 @@ def _current_image(rec, theta: np.ndarray) -> np.ndarray:
     recovery's full-resolution check (every `check_every`-th Adam step, every Levenberg-Marquardt step) left that
     very image in the shared renderer: it is read from there; otherwise rendered (theta is the renderer's
     already: Recovery.current at every yield, best_theta at the end)."""
-    from app.scenes.inverse_render import renderer
+    from app.scenes.inverse_render import plain_image, renderer
 
     r = renderer()
     checked = bool(rec.image_losses) and rec.image_losses[-1][0] == rec.step_count
     if checked and not rec.finished and rec.step_count > max(_probed_at, 0):
         return r.image_numpy()
-    r.set_loss("l2", 1, 1.0)
-    r.set_theta(theta)
-    return r.render()
+    return plain_image(r, theta)
 
 
 def _invert_snapshot(images: bool) -> dict:
