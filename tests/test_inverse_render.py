@@ -99,6 +99,37 @@ def test_image_jacobian_contracts_to_the_tapes_gradient_and_matches_central_diff
     assert np.abs(a[~seen]).max() <= 5e-3 * 1.1  # and where it does not move, the Jacobian says so too
 
 
+# ---- the search ---------------------------------------------------------------------------------------
+def test_a_scan_finds_an_offset_on_its_grid_and_the_search_never_ends_worse_than_its_start():
+    """The scan: the letter moved along x by exactly 10 grid steps (1.25 default perturbations) comes back to the
+    truth in one scan, the other parameters untouched. The search from the truth itself: no candidate beats the
+    start's zero loss, so the best iterate stays the start, and the budget bounds the renders."""
+    from app.scenes.inverse_render import InvertSettings, Recovery, render_target, renderer
+    from app.scenes.robot_arm import theta_at
+    from engine import backend, scene_theta
+
+    backend.init("cpu")
+    truth = theta_at(0.1)
+    target = render_target(truth, 64, 32)
+    start = truth.copy()
+    x = scene_theta.NAMES.index("tile_x")
+    start[x] += 1.25 * scene_theta.DEFAULT_PERTURB["letter"]
+    rec = Recovery(target, start, truth, 64, 32, settings=InvertSettings(groups=("letter",), scan_points=33))
+    r = renderer()
+    r.set_view(rec.camera, 64, 32)
+    r.set_target(target)
+    phases = list(rec._scan(r, start, "scan"))
+    assert phases == ["scan"] * 2  # tile_x and tile_z (the height is not scanned)
+    assert abs(rec.current[x] - truth[x]) < 1e-9 and np.array_equal(np.delete(rec.current, x), np.delete(truth, x))
+    assert rec.best_loss <= 1e-12
+
+    rec = Recovery(target, truth, truth, 64, 32, settings=InvertSettings(search_evaluations=40, lm_iterations=0,
+                                                                         hops=0))
+    assert set(rec.steps()) == {"identify", "search"}
+    assert rec.search_record["evaluations"] <= 40 and rec.best_loss == 0.0
+    assert np.array_equal(rec.best_theta, truth) and rec.verdict()["status"] == "converged"
+
+
 # ---- the verdict of real runs -----------------------------------------------------------------------
 def _record(out) -> dict:
     return json.loads((out / "invert.json").read_text())
@@ -106,8 +137,8 @@ def _record(out) -> dict:
 
 def test_a_run_at_the_truth_converges_with_exit_0_and_writes_its_pictures(tmp_path):
     out = tmp_path / "truth"
-    result = _invert("--t", "0.5", "--perturb", "joints=0", "--optimise", "joints", "--iters", "6", "--starts", "1",
-                     "--lm-iters", "2", "--frame-every", "3", *SMALL, "--out", str(out))
+    result = _invert("--t", "0.5", "--perturb", "joints=0", "--optimise", "joints", "--method", "adam", "--iters", "6",
+                     "--starts", "1", "--lm-iters", "2", "--frame-every", "3", *SMALL, "--out", str(out))
     assert result.returncode == 0, result.stderr + result.stdout
     record = _record(out)
     assert record["status"] == "converged" and "CONVERGED" in result.stdout
@@ -125,7 +156,8 @@ def test_a_run_at_the_truth_converges_with_exit_0_and_writes_its_pictures(tmp_pa
 
 def test_a_stalled_run_is_not_converged_with_exit_1_naming_what_is_off(tmp_path):
     out = tmp_path / "stalled"
-    result = _invert("--t", "0.3", "--seed", "4", "--iters", "3", "--starts", "1", "--lm-iters", "0", *SMALL,
+    result = _invert("--t", "0.3", "--seed", "4", "--method", "adam", "--iters", "3", "--starts", "1", "--lm-iters", "0",
+                     *SMALL,
                      "--out", str(out))
     assert result.returncode == 1, result.stderr + result.stdout
     record = _record(out)
@@ -137,7 +169,8 @@ def test_a_stalled_run_is_not_converged_with_exit_1_naming_what_is_off(tmp_path)
 
 def test_a_diverging_run_is_diverged_with_exit_1_and_keeps_its_best_iterate(tmp_path):
     out = tmp_path / "diverged"
-    result = _invert("--t", "0.5", "--lr", "1e6", "--iters", "20", "--starts", "1", "--lm-iters", "0", *SMALL,
+    result = _invert("--t", "0.5", "--method", "adam", "--lr", "1e6", "--iters", "20", "--starts", "1", "--lm-iters",
+                     "0", *SMALL,
                      "--out", str(out))
     assert result.returncode == 1, result.stderr + result.stdout
     record = _record(out)
@@ -150,7 +183,8 @@ def test_a_diverging_run_is_diverged_with_exit_1_and_keeps_its_best_iterate(tmp_
 def test_a_letter_out_of_view_is_unidentifiable_held_at_its_start_and_left_out_of_the_verdict(tmp_path):
     out = tmp_path / "out_of_view"
     result = _invert("--t", "0.1", "--set", "tile_x=60", "--perturb", "joints=0,letter=0.2", "--optimise",
-                     "joints,letter", "--iters", "4", "--starts", "1", "--lm-iters", "2", *SMALL, "--out", str(out))
+                     "joints,letter", "--method", "adam", "--iters", "4", "--starts", "1", "--lm-iters", "2", *SMALL,
+                     "--out", str(out))
     record = _record(out)
     verdict = record["verdict"]
     assert set(verdict["unidentifiable"]) >= {"tile_x", "tile_z"}, verdict["unidentifiable"]

@@ -66,7 +66,8 @@ def test_invert_from_a_png_the_forward_renderer_wrote(tmp_path):
     assert render.returncode == 0, render.stderr
     out = tmp_path / "invert"
     result = _invert("--target-image", str(tmp_path / "render" / "frame.png"), "--t", "0.1", "--width", "64",
-                     "--height", "32", "--iters", "4", "--starts", "1", "--lm-iters", "0", "--hops", "0", "--frame-every", "2",
+                     "--height", "32", "--method", "adam", "--iters", "4", "--starts", "1", "--lm-iters", "0", "--hops", "0",
+                     "--frame-every", "2",
                      "--arch", "cpu", "--out", str(out))
     assert result.returncode == 1, result.stderr
     record = json.loads((out / "invert.json").read_text())
@@ -97,7 +98,7 @@ def test_invert_from_a_soft_edged_png_compares_the_differentiable_image(tmp_path
     assert Image.open(png).text["shannon-autograd edges"].startswith("soft:")
     assert json.loads((tmp_path / "render" / "render.json").read_text())["edges"] == "soft"
     at_truth = ["--t", "0.1", "--width", "64", "--height", "32", "--perturb", "joints=0", "--optimise", "joints",
-                "--iters", "1", "--arch", arch]
+                "--method", "adam", "--iters", "1", "--arch", arch]
     records, codes = {}, {}
     for compare in ("auto", "forward"):
         out = tmp_path / compare
@@ -149,7 +150,8 @@ def test_batch_invert_rows_and_files_equal_single_inversions(tmp_path):
     """Two seeds through Ray, each job's invert.json equal to a single `python -m app invert` (wall time aside)."""
     needs_ray()
     tag = secrets.token_hex(4)
-    flags = ["--iters", "3", "--lm-iters", "1", "--hops", "0", "--width", "64", "--height", "32", "--arch", "cpu"]
+    flags = ["--method", "adam", "--iters", "3", "--lm-iters", "1", "--hops", "0", "--width", "64", "--height", "32",
+             "--arch", "cpu"]
     out = tmp_path / "batch"
     threads = os.cpu_count() or 1  # Taichi's default cpu_max_num_threads
     result = run_batch(["invert", "--grid", "seed=1..2", *flags, "--cpus-per-task", str(threads), "--cpus",
@@ -178,8 +180,8 @@ def test_multi_start_fits_the_lowest_loss_start_and_one_start_is_the_single_fit(
     """`--starts 3`: three short runs from the start with yaw moved 0, +15, -15 degrees; the Adam phase continues
     from the one whose short run ended lowest, with a fresh Adam (its first loss is that run's first, bit for bit).
     `--starts 1` runs no short run: its Adam phase is the first short run's (the fit of the seeded start alone)."""
-    common = ["--seed", "5", "--width", "64", "--height", "32", "--iters", "2", "--lm-iters", "0", "--hops", "0",
-              "--frame-every", "100", "--arch", arch]
+    common = ["--seed", "5", "--width", "64", "--height", "32", "--method", "adam", "--iters", "2", "--lm-iters", "0",
+              "--hops", "0", "--frame-every", "100", "--arch", arch]
     records = {}
     for starts in (3, 1):
         out = tmp_path / f"starts{starts}"

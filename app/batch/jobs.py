@@ -28,9 +28,10 @@ from engine.mesh_io import FORMATS
 
 FIT_KEYS = {"subdiv": int, "iters": int, "lr": float, "smooth": float, "smooth_end": float, "samples": int,
             "seed": int}  # every setting of a fit job, as the `fit` flag of the same name (smooth_end: --smooth-end)
-INVERT_KEYS = {"seed": int, "t": float, "iters": int, "lr": float, "starts": int, "lm_iters": int, "hops": int}
-# ^ what `batch invert --grid` sweeps (lm_iters is `invert --lm-iters`)
-# (each job is `python -m app invert`: its multi-start, --starts, defaults to that command's, 3)
+INVERT_KEYS = {"seed": int, "t": float, "iters": int, "lr": float, "starts": int, "lm_iters": int, "hops": int,
+               "method": str, "search_evals": int}
+# ^ what `batch invert --grid` sweeps (lm_iters is `invert --lm-iters`); each job is `python -m app invert`,
+# with that command's defaults for what is not given
 INVERT_FLAGS = (*INVERT_KEYS, "width", "height", "perturb")  # an invert job's settings: `invert` flags of these names
 
 

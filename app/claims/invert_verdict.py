@@ -2,9 +2,10 @@
 
 Two runs of `python -m app invert` through its entry point, at 128x64 with short schedules:
 
-- `--lr 1e6 --lm-iters 0`: Adam with an absurd learning rate flings the parameters thousands of
+- `--method adam --lr 1e6 --lm-iters 0`: Adam with an absurd learning rate flings the parameters thousands of
   tolerances away; at its first check the run goes back to its best iterate and ends `diverged`;
-- `--perturb joints=100000`: joints anywhere on the circle; the fit cannot find the pose and ends
+- `--perturb joints=100000` (the default method, a short search): joints anywhere on the circle, far
+  outside the default perturbation the search spans; the fit cannot find the pose and ends
   `not_converged` (or `diverged`), naming the joints that are off.
 
 Each must return exit code 1 (EXIT_RESULT_BAD), write invert.json with that status, and a result
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import json
 
-SHORT = ["--iters", "20", "--starts", "1", "--hops", "0"]
-RUNS = {"huge_lr": (["--lr", "1e6", "--lm-iters", "0", *SHORT], ("diverged",)),
-        "huge_perturbation": (["--perturb", "joints=100000", "--lm-iters", "5", *SHORT], ("not_converged", "diverged"))}
+ADAM = ["--method", "adam", "--iters", "20", "--starts", "1", "--hops", "0"]
+SEARCH = ["--search-evals", "100", "--hops", "0"]
+RUNS = {"huge_lr": (["--lr", "1e6", "--lm-iters", "0", *ADAM], ("diverged",)),
+        "huge_perturbation": (["--perturb", "joints=100000", "--lm-iters", "5", *SEARCH], ("not_converged", "diverged"))}
 VIEW = ["--t", "0.5", "--width", "128", "--height", "64", "--seed", "3"]
 
 

@@ -13,26 +13,30 @@ renderer at known parameters (`render_target`), or read from a PNG (`load_target
 with the forward renderer's image (`settings.compare`), so the loss vanishes at the true pose either
 way; the gradient is the differentiable render's either way.
 
-The recovery (`Recovery.steps`), in phases, each marked on the loss plot (`marks`):
+The recovery (`Recovery.steps`), in phases, each marked on the loss plot (`marks`). Two methods
+(`InvertSettings.method`); "search", the default, measured better on the sweep (docs/RESULTS.md):
 
 1. identify: the exact image Jacobian at the start (`DiffRenderer.image_jacobian`) says which optimised
    parameters the picture determines (`engine.gauss_newton.identifiability`: the image change when a
    parameter moves by its tolerance and the others re-fit, against an 8-bit step). Undetermined ones are
    held at their start for the whole run and left out of the verdict.
-2. multi-start (`--starts K`): K short Adam runs from the start with the base yaw moved by 0, +15,
-   -15, +30, ... degrees; the lowest full-resolution image loss continues (the yaw has the longest lever
-   on the image and is the joint measured to start on the rim of its basin).
-3. Adam (the basin): an L2 loss over a 4-level image pyramid, silhouettes 2 pixel footprints wide at
-   first narrowing to 1, the learning rate falling from lr to lr / 10 on a cosine, twice (a warm restart,
-   marked on the plot: it can raise the loss for a while, never the result); the full-resolution
-   image loss every `check_every` iterations keeps the best iterate and catches divergence.
-4. Levenberg-Marquardt (the polish): from the best iterate (the identifiability redone there frees a held
+2. search (method "search"): CMA-ES (`engine.cmaes`) over the free parameters in units of their default
+   perturbation (`search_scale`), from the start with step SEARCH_SIGMA, on the forward renderer's image at
+   half resolution (`half_resolution_loss`); a gradient method from a start 15-20 degrees off per joint
+   ends in another basin as often as not (the arm leaves its own silhouette), a population does not.
+   Method "adam" instead: multi-start (K short Adam runs with the base yaw moved by 0, +15, -15, ...
+   degrees), then Adam on an L2 loss over a 4-level pyramid, silhouettes 2 pixel footprints wide narrowing
+   to 1, the learning rate on a cosine, twice (a warm restart); the full-resolution image loss every
+   `check_every` iterations keeps the best iterate and catches divergence.
+3. Levenberg-Marquardt (the polish): from the best iterate (the identifiability redone there frees a held
    parameter this pose shows), Gauss-Newton steps on the full- and half-resolution residual with the exact
    Jacobian; a step is taken only if the image loss falls, so the result is never worse than the best iterate.
-5. hops: while the image loss is above what a one-tolerance error would leave (the picture says the fit is
-   not there, truth or no truth), up to `hops` restarts from the best iterate moved by half the default
-   perturbation (seeded), each a short Adam run and a polish; the best iterate over all of them is kept.
-6. final: the identifiability at the result and the verdict (`verdict`): with the truth known (a rendered
+4. further rounds (`hops`), while the image loss is above what a one-tolerance error would leave (the picture
+   says the fit is not there, truth or no truth), each ending in a polish: "search" scans every parameter
+   alone over +-SCAN_SPAN default perturbations at full resolution (a small part, the wrist or the fingers,
+   that the half-resolution search left in a wrong basin); "adam" restarts from the best iterate moved by half
+   the default perturbation (seeded). The best iterate over all of them is kept.
+5. final: the identifiability at the result and the verdict (`verdict`): with the truth known (a rendered
    target), converged = every determined parameter within its tolerance (`TOLERANCES`); without it
    (a picture), converged = an image loss below what a one-tolerance error of the least visible determined
    parameter would leave. Both criteria are recorded whenever both can be computed.
@@ -70,6 +74,13 @@ DIVERGE_FACTOR, DIVERGE_TOLERANCES = 10.0, 1000.0
 # A restart ("hop") moves every free parameter of the best iterate by u * HOP_SCALE * its default perturbation
 # (engine.scene_theta.DEFAULT_PERTURB), u uniform in [0.5, 1], random sign, seeded by HOP_SEED + the hop's number.
 HOP_SCALE, HOP_SEED = 0.5, 1000
+# The search (method "search"): CMA-ES over the free parameters in units of their default perturbation, from
+# the start with this step, seeded (a run is reproducible bit for bit).
+SEARCH_SIGMA, SEARCH_SEED = 0.5, 0
+METHODS = ("search", "adam")
+# A scan moves one parameter at a time over this many default perturbations either side of the best iterate
+# (a start is at most one away; a search can leave a small part, the wrist or the fingers, further off).
+SCAN_SPAN = 2.0
 LM_LEVELS = (0, 1)  # the polish's residual: full and half resolution
 STATUSES = ("converged", "not_converged", "diverged", "interrupted")
 
@@ -90,8 +101,11 @@ class InvertSettings:
     start_iterations: int = START_ITERATIONS
     lm_iterations: int = 60  # Levenberg-Marquardt steps of the polish, at most (it stops when its steps vanish)
     check_every: int = 10  # Adam iterations between full-resolution image-loss checks (best iterate, divergence)
-    hops: int = 4  # restarts from the best iterate, perturbed, while the image says the fit is not there yet
-    hop_iterations: int = 60  # Adam iterations of each restart before its polish
+    hops: int = 2  # further rounds while the image says the fit is not there: a scan (search) or a restart (adam)
+    hop_iterations: int = 60  # Adam iterations of each restart before its polish (method adam)
+    method: str = "search"  # "search": CMA-ES, polish, scans; "adam": multi-start, Adam, polish, restarts
+    search_evaluations: int = 600  # the CMA-ES search's budget of half-resolution renders
+    scan_points: int = 33  # a scan's grid per parameter: -SCAN_SPAN..+SCAN_SPAN default perturbations
 
 
 def renderer():
@@ -273,6 +287,10 @@ def check_settings(s: InvertSettings) -> None:
     if s.iterations < 1 or s.starts < 1 or s.start_iterations < 1 or s.lm_iterations < 0 or s.check_every < 1 \
             or s.hops < 0 or s.hop_iterations < 1 or s.cycles < 1:
         raise UserError("--iters, --starts and --start-iters must be at least 1, --lm-iters and --hops at least 0")
+    if s.method not in METHODS:
+        raise UserError(f"--method {s.method}: choose one of {', '.join(METHODS)}")
+    if not (s.search_evaluations >= 1 and s.scan_points >= 3):
+        raise UserError("--search-evals must be at least 1 and --scan-points at least 3")
     unknown = [g for g in s.groups if g not in scene_theta.GROUPS]
     if unknown or not s.groups:
         raise UserError(f"--optimise: unknown or no groups {', '.join(unknown)} (groups: "
@@ -310,6 +328,53 @@ def hop_start(theta: np.ndarray, free: np.ndarray, rng: np.random.Generator) -> 
         else:
             out[i] += magnitude
     return np.clip(out, lo, hi)
+
+
+def search_scale() -> np.ndarray:
+    """(N_THETA,) one unit of the search per component: its group's default perturbation in internal units; 0 for
+    the tile's height, which a perturbation never moves (the tile rests on the table or rides in the gripper):
+    searched, a tile sunk behind the row looks like one standing in it, further along the same view rays."""
+    out = np.zeros(len(scene_theta.NAMES))
+    for i in range(len(out)):
+        group = scene_theta.group_of(i)
+        magnitude = scene_theta.DEFAULT_PERTURB[group]
+        out[i] = math.radians(magnitude) if group in scene_theta.ANGLE_GROUPS else magnitude
+    out[scene_theta.NAMES.index("tile_y")] = 0.0
+    return out
+
+
+def half_resolution_loss(target: np.ndarray, camera: Camera) -> Callable[[np.ndarray], float]:
+    """theta -> the search's objective: the forward renderer's image at half the target's resolution against the
+    target's 2x2 box average, L2 over two pyramid levels. A third of the differentiable render's cost per
+    evaluation; its images differ from the differentiable render's (sampling, edges) by an offset that ranks
+    candidates alike (measured: it found the basin more often than the differentiable render at half
+    resolution, docs/RESULTS.md)."""
+    from app.scenes.robot_arm import scene_from_theta
+    from engine.gauss_newton import box_halve
+
+    half = box_halve(np.asarray(target, np.float64))
+    forward = _forward_renderer(half.shape[1], half.shape[0])
+    lo, hi = scene_theta.limits()
+
+    def loss(theta: np.ndarray) -> float:
+        image = forward.render(scene_from_theta(np.clip(theta, lo, hi)), camera)
+        residual, _ = pyramid_residual(image, half, None, (0, 1))
+        value = 0.5 * float(residual @ residual)
+        return value if math.isfinite(value) else math.inf
+    return loss
+
+
+_forward: list = []
+
+
+def _forward_renderer(width: int, height: int):
+    """The process's forward renderer for the search, resized to the view (buffers only, no recompile)."""
+    from engine.render import Renderer
+
+    if not _forward:
+        _forward.append(Renderer(width, height))
+    _forward[0].resize(width, height)
+    return _forward[0]
 
 
 def side_by_side(current: np.ndarray, target: np.ndarray, caption: str | None = None) -> np.ndarray:
@@ -352,6 +417,7 @@ class Recovery:
         self.identify_start: Identifiability | None = None
         self.identify_final: Identifiability | None = None
         self.multistart: dict = {"starts": 1}
+        self.search_record: dict = {"evaluations": 0}
         self.lm_record: dict = {"steps": 0}
         self.hops_done = 0
         self._identified_at: np.ndarray | None = None  # the theta identify_final was measured at
@@ -370,10 +436,11 @@ class Recovery:
         if self.truth is not None:
             self.errors.append(parameter_errors(theta, self.truth).tolist())
 
-    def _check(self, r, theta: np.ndarray, candidate: bool = True) -> float:
-        """The full-resolution image loss at theta, kept as the best iterate if it is the lowest so far (and
-        `candidate`: a diverged iterate never is, however well a pose flung out of view matches)."""
-        value = image_loss(r, theta, self.settings)
+    def _check(self, r, theta: np.ndarray, candidate: bool = True, value: float | None = None) -> float:
+        """The full-resolution image loss at theta (`value` if already known), kept as the best iterate if it is
+        the lowest so far (and `candidate`: a diverged iterate never is, however well a pose flung out of view
+        matches)."""
+        value = image_loss(r, theta, self.settings) if value is None else value
         self.image_losses.append((self.step_count, value))
         if candidate and value < self.best_loss:
             self.best_theta, self.best_loss = np.array(theta, np.float64), value
@@ -430,23 +497,104 @@ class Recovery:
 
     def _phases(self, r, theta: np.ndarray) -> Iterator[str]:
         s = self.settings
-        fit_start = yield from self._multistart(theta)
-        basin = yield from self._adam(fit_start, s, "Adam (pyramid, wide edges)")
-        yield from self._polish(r, basin)
+        if s.method == "search":
+            yield from self._search(r, theta)
+            yield from self._polish(r, self.best_theta)
+        else:
+            fit_start = yield from self._multistart(theta)
+            basin = yield from self._adam(fit_start, s, "Adam (pyramid, wide edges)")
+            yield from self._polish(r, basin)
         for hop in range(s.hops):
             self.identify_final = self._identify(r, self.best_theta)
             self._identified_at = self.best_theta
             if self._image_met(self.identify_final) or self.diverged_at is not None:
                 return
-            start = hop_start(self.best_theta, self.free_now(), np.random.default_rng(HOP_SEED + hop))
-            settings = replace(s, iterations=s.hop_iterations, cycles=1)
-            basin = yield from self._adam(start, settings, f"hop {hop + 1}: Adam from the best, perturbed")
-            yield from self._polish(r, basin)
+            if s.method == "search":
+                start = yield from self._scan(r, self.best_theta, f"round {hop + 2}: scan every parameter")
+            else:
+                start = hop_start(self.best_theta, self.free_now(), np.random.default_rng(HOP_SEED + hop))
+                settings = replace(s, iterations=s.hop_iterations, cycles=1)
+                start = yield from self._adam(start, settings, f"hop {hop + 1}: Adam from the best, perturbed")
+            yield from self._polish(r, start)
             self.hops_done = hop + 1
+
+    def most_steps(self) -> int:
+        """An upper bound of the steps `steps()` yields (a progress bar's total; most runs stop earlier)."""
+        s = self.settings
+        if s.method == "search":
+            from engine.cmaes import CMAES
+
+            popsize = CMAES(np.zeros(max(len(self.free), 1)), 1.0, 0).popsize
+            first = s.search_evaluations // popsize
+            again = len(self.free) * (s.scan_points - 1)
+        else:
+            first = s.starts * s.start_iterations + s.iterations
+            again = s.hop_iterations
+        return 1 + first + s.lm_iterations + s.hops * (again + s.lm_iterations)
 
     def free_now(self) -> np.ndarray:
         """The optimised components not held."""
         return np.array([i for i in self.free if i not in self.held], np.int64)
+
+    def _search(self, r, theta: np.ndarray) -> Iterator[str]:
+        """CMA-ES from theta over the free parameters (in default perturbations, `search_scale`) on the
+        half-resolution forward image; one step per generation; the best candidate is checked at full resolution
+        (the best iterate is the start's if none beats it)."""
+        from engine.cmaes import CMAES
+
+        s = self.settings
+        free = self.free_now()
+        moving = free[search_scale()[free] > 0.0]
+        scale = search_scale()[moving]
+        lo, hi = scene_theta.limits()
+
+        def candidate(x: np.ndarray) -> np.ndarray:
+            out = np.array(theta, np.float64)
+            out[moving] += scale * x
+            return np.clip(out, lo, hi)
+
+        self.marks.append((self.step_count, f"CMA-ES search, half resolution ({s.search_evaluations} renders)"))
+        loss = half_resolution_loss(self.target, self.camera)
+        if len(moving):
+            search = CMAES(np.zeros(len(moving)), SEARCH_SIGMA, SEARCH_SEED)
+            while not search.done(s.search_evaluations):
+                xs = search.ask()
+                search.tell(xs, [loss(candidate(x)) for x in xs])
+                self._record(search.best_f, candidate(search.best_x))
+                yield "search"
+            best = candidate(search.best_x)
+            self.search_record = {"evaluations": search.evaluations, "generations": search.generation,
+                                  "popsize": search.popsize, "final_sigma": search.sigma,
+                                  "best_half_resolution_loss": search.best_f,
+                                  "parameters": [scene_theta.NAMES[i] for i in moving]}
+            self._check(r, best)
+        return self.best_theta
+
+    def _scan(self, r, theta: np.ndarray, label: str) -> Iterator[str]:
+        """One parameter at a time (theta's order), the full-resolution image loss on a grid of scan_points over
+        +-SCAN_SPAN default perturbations around the current value; each moves to its grid's lowest point.
+        Returns the scanned theta (the polish starts there; the best iterate is kept as ever)."""
+        s = self.settings
+        self.marks.append((self.step_count, label))
+        lo, hi = scene_theta.limits()
+        scale = search_scale()
+        theta = np.array(theta, np.float64)
+        current = image_loss(r, theta, s)
+        for i in self.free_now():
+            if scale[i] == 0.0:
+                continue
+            centre, best = theta[i], theta[i]
+            for offset in np.linspace(-SCAN_SPAN, SCAN_SPAN, s.scan_points):
+                theta[i] = np.clip(centre + offset * scale[i], lo[i], hi[i])
+                value = image_loss(r, theta, s)
+                if value < current:
+                    current, best = value, theta[i]
+            theta[i] = best
+            self._record(current, theta)
+            self._check(r, theta, value=current)
+            yield "scan"
+        r.set_theta(theta)
+        return theta
 
     def _multistart(self, theta: np.ndarray) -> Iterator[str]:
         s = self.settings

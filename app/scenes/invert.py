@@ -1,7 +1,7 @@
 """Recover the robot-arm scene's parameters from a picture, with a verdict (differentiable ray march, Gauss-Newton).
 
 CLI: python -m app invert [--t T | --target-image PNG] [--set NAME=V,...] [--perturb GROUP=M,...] [--seed S]
-     [--optimise GROUP,...] [--iters N] [--lm-iters N] [--starts K] [--start-iters N] [--lr LR] ...
+     [--method search|adam] [--optimise GROUP,...] [--search-evals N] [--lm-iters N] [--hops N] ...
 The recovery itself (phases, identifiability, verdict): app.scenes.inverse_render. Writes into --out:
 invert.json (the verdict's `status` and criteria, each parameter's true/start/final value and
 identifiability, the losses, the per-iteration parameter errors), loss.png/.svg (the full-resolution
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from app.flags import add_arch_argument, command_parser
-from app.scenes.inverse_render import (DEFAULT_PERTURB, DEFAULT_T, TOLERANCES, InvertSettings, Recovery, check_view,
-                                       load_target_png, png_compare, quantisation_loss, render_target, side_by_side,
+from app.scenes.inverse_render import (DEFAULT_PERTURB, DEFAULT_T, METHODS, SCAN_SPAN, TOLERANCES, InvertSettings,
+                                       Recovery, check_view, load_target_png, png_compare, quantisation_loss, render_target, side_by_side,
                                        verdict_line)
 from engine import scene_theta
 from engine.diff_render import COMPARE_KINDS
@@ -53,8 +53,18 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"start = target moved by up to M per group, at least 3/4 M (angles in degrees, albedo "
                         f"relative), seeded; 'default' = {scene_theta.DEFAULT_PERTURB} (default: {DEFAULT_PERTURB})")
     p.add_argument("--seed", type=int, default=2, help="seed of the perturbation (default 2)")
+    p.add_argument("--method", choices=METHODS, default=d.method,
+                   help="search: a CMA-ES search on the half-resolution image, a Levenberg-Marquardt polish, then "
+                        "while the image says the fit is not there, scans of every parameter and a polish; adam: "
+                        "multi-start over the yaw, Adam on an image pyramid, the polish, perturbed restarts "
+                        f"(default {d.method})")
+    p.add_argument("--search-evals", type=int, default=d.search_evaluations, metavar="N",
+                   help=f"renders of the search (method search; default {d.search_evaluations})")
+    p.add_argument("--scan-points", type=int, default=d.scan_points, metavar="N",
+                   help=f"a scan's grid per parameter, over +-{SCAN_SPAN:g} default perturbations (method search; "
+                        f"default {d.scan_points})")
     p.add_argument("--starts", type=int, default=d.starts, metavar="K",
-                   help="multi-start: K short Adam runs from the start with the base yaw moved by 0, +15, -15, "
+                   help="method adam: multi-start: K short Adam runs from the start with the base yaw moved by 0, +15, -15, "
                         f"+30, ... degrees; the lowest image loss continues; 1 = none (default {d.starts})")
     p.add_argument("--start-iters", type=int, default=d.start_iterations, metavar="N",
                    help=f"Adam iterations of each short run (default {d.start_iterations})")
@@ -65,9 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lm-iters", type=int, default=d.lm_iterations, metavar="N",
                    help=f"Levenberg-Marquardt steps of the polish, at most; 0 = none (default {d.lm_iterations})")
     p.add_argument("--hops", type=int, default=d.hops, metavar="N",
-                   help=f"restarts from the best iterate, perturbed (half the default perturbation), each "
-                        f"{d.hop_iterations} Adam iterations and a polish, while the image loss says the fit is "
-                        f"not there; 0 = none (default {d.hops})")
+                   help=f"further rounds while the image loss says the fit is not there, each ending in a polish: "
+                        f"a scan of every parameter (search) or a restart from the best iterate perturbed by half "
+                        f"the default perturbation, {d.hop_iterations} Adam iterations (adam); 0 = none "
+                        f"(default {d.hops})")
     p.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr})")
     p.add_argument("--loss", choices=("l2", "l1"), default=d.loss, help="Adam's image loss (default l2)")
     p.add_argument("--levels", type=int, default=d.levels, help=f"Adam's image pyramid levels 1..4 "
@@ -109,9 +120,9 @@ def _validate(args: argparse.Namespace) -> tuple[dict[str, float], dict[int, flo
         raise UserError(f"--t {args.t} is outside the timeline: choose 0..1")
     check_view(args.width, args.height)
     if args.iters < 1 or args.frame_every < 1 or args.starts < 1 or args.start_iters < 1 or args.lm_iters < 0 \
-            or args.hops < 0:
-        raise UserError("--iters, --frame-every, --starts and --start-iters must be at least 1, --lm-iters and "
-                        "--hops at least 0")
+            or args.hops < 0 or args.search_evals < 1 or args.scan_points < 3:
+        raise UserError("--iters, --frame-every, --starts, --start-iters and --search-evals must be at least 1, "
+                        "--scan-points at least 3, --lm-iters and --hops at least 0")
     if not (args.lr > 0.0 and math.isfinite(args.lr)):
         raise UserError(f"--lr must be a positive number, got {args.lr}")
     if not 1 <= args.levels <= 4:
@@ -180,14 +191,13 @@ def _invert(args: argparse.Namespace, checked: tuple, target_png: np.ndarray | N
     settings = InvertSettings(iterations=args.iters, lr=args.lr, loss=args.loss, levels=args.levels,
                               edge_start=args.edge_start, groups=groups, compare=compare, starts=args.starts,
                               start_iterations=min(args.start_iters, args.iters), lm_iterations=args.lm_iters,
-                              hops=args.hops)
+                              hops=args.hops, method=args.method, search_evaluations=args.search_evals,
+                              scan_points=args.scan_points)
     known = truth if target_png is None else None  # a picture's verdict is its residual's
     noise = quantisation_loss(target) if target_png is not None else 0.0
     rec = Recovery(target, start, known, args.width, args.height, camera, settings, target_noise=noise)
     frames: list[np.ndarray] = []
-    most = (settings.starts * settings.start_iterations + settings.iterations + settings.lm_iterations + 1
-            + settings.hops * (settings.hop_iterations + settings.lm_iterations))  # the polish, hops often stop early
-    progress = bar(total=most, desc=f"invert on {running.name}")
+    progress = bar(total=rec.most_steps(), desc=f"invert on {running.name}")
     framed = -1  # the step of the last frame
     with graceful_stop() as stop:  # Ctrl-C ends the run; the work so far is written, marked interrupted
         for phase in rec.steps(stop=lambda: bool(stop)):
@@ -238,7 +248,7 @@ def _record(args, rec: Recovery, verdict: dict, running, truth, start, settings,
         "errors": {"start": scene_theta.group_errors(start, truth), "final": scene_theta.group_errors(final, truth)},
         "image_loss": {"start": rec.start_loss, "final": rec.best_loss,
                        "orders": verdict["image_criterion"]["orders"]},
-        "multistart": rec.multistart, "levenberg_marquardt": rec.lm_record, "hops": rec.hops_done,
+        "search": rec.search_record, "multistart": rec.multistart, "levenberg_marquardt": rec.lm_record, "hops": rec.hops_done,
         "marks": [{"step": step, "phase": text} for step, text in rec.marks],
         "steps": rec.step_count, "losses": rec.losses,
         "image_losses": [{"step": step, "loss": value} for step, value in rec.image_losses],
@@ -263,7 +273,8 @@ def _plots(out: Path, rec: Recovery, record: dict, arch: str) -> None:
                     mark=(rec.step_count, "interrupted") if rec.interrupted else None,
                     ylabel="loss (linear RGB)", marks=marks, points=rec.image_losses,
                     points_label="image loss, full resolution (the verdict's)",
-                    losses_label="the step's optimised loss (Adam: pyramid, wide edges; LM: 2 levels)")
+                    losses_label="the step's optimised loss (search: half resolution, its best so far; Adam: "
+                                 "pyramid, wide edges; LM: 2 levels; scan: full resolution)")
     if rec.errors:
         groups = rec.settings.groups
         write_error_plot(out / "errors", group_error_series(rec.errors, groups), scene_theta.UNITS,

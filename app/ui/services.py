@@ -143,7 +143,9 @@ def invert_reset(t: float, width: int, height: int, perturbation: float, seed: i
     target = render_target(truth, int(width), int(height))
     magnitudes = {g: scene_theta.DEFAULT_PERTURB[g] * float(perturbation) for g in INVERT_GROUPS}
     start = scene_theta.perturb(truth, magnitudes, int(seed))
-    rec = Recovery(target, start, truth, int(width), int(height), settings=InvertSettings(groups=INVERT_GROUPS))
+    # the panel's schedule is still Adam's (one step a GUI frame can take; the search is invert's default)
+    settings = InvertSettings(groups=INVERT_GROUPS, method="adam")
+    rec = Recovery(target, start, truth, int(width), int(height), settings=settings)
     _recovery, _steps, _phase, _done, _verdict, _shipped, _probed_at = rec, rec.steps(), "", False, None, 0, -1
     return _invert_snapshot(images=True)
 
