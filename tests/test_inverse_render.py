@@ -156,8 +156,8 @@ def test_a_run_at_the_truth_converges_with_exit_0_and_writes_its_pictures(tmp_pa
 
 def test_a_stalled_run_is_not_converged_with_exit_1_naming_what_is_off(tmp_path):
     out = tmp_path / "stalled"
-    result = _invert("--t", "0.3", "--seed", "4", "--method", "adam", "--iters", "3", "--starts", "1", "--lm-iters", "0",
-                     *SMALL,
+    result = _invert("--t", "0.3", "--seed", "4", "--method", "adam", "--iters", "3", "--starts", "1", "--lm-iters",
+                     "0", *SMALL,
                      "--out", str(out))
     assert result.returncode == 1, result.stderr + result.stdout
     record = _record(out)

@@ -66,7 +66,8 @@ def test_invert_from_a_png_the_forward_renderer_wrote(tmp_path):
     assert render.returncode == 0, render.stderr
     out = tmp_path / "invert"
     result = _invert("--target-image", str(tmp_path / "render" / "frame.png"), "--t", "0.1", "--width", "64",
-                     "--height", "32", "--method", "adam", "--iters", "4", "--starts", "1", "--lm-iters", "0", "--hops", "0",
+                     "--height", "32", "--method", "adam", "--iters", "4", "--starts", "1", "--lm-iters", "0", "--hops",
+                     "0",
                      "--frame-every", "2",
                      "--arch", "cpu", "--out", str(out))
     assert result.returncode == 1, result.stderr

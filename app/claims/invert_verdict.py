@@ -18,7 +18,8 @@ import json
 ADAM = ["--method", "adam", "--iters", "20", "--starts", "1", "--hops", "0"]
 SEARCH = ["--search-evals", "100", "--hops", "0"]
 RUNS = {"huge_lr": (["--lr", "1e6", "--lm-iters", "0", *ADAM], ("diverged",)),
-        "huge_perturbation": (["--perturb", "joints=100000", "--lm-iters", "5", *SEARCH], ("not_converged", "diverged"))}
+        "huge_perturbation": (["--perturb", "joints=100000", "--lm-iters", "5", *SEARCH],
+                              ("not_converged", "diverged"))}
 VIEW = ["--t", "0.5", "--width", "128", "--height", "64", "--seed", "3"]
 
 

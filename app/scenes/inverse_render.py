@@ -1,7 +1,8 @@
 """Inverse rendering of the robot-arm scene: recover the scene parameters theta from a picture, and say how well.
 
     rec = Recovery(target_image, start=theta0, truth=theta_star, width=256, height=128)
-    for phase in rec.steps():           # one unit of work per item: an Adam iteration or a Levenberg-Marquardt step
+    for phase in rec.steps():           # one unit of work per item: a search generation, a Levenberg-Marquardt
+                                        # step, one parameter's scan (method adam: an Adam iteration)
         pass                            # (the GUI pulls a few per frame; `stop` ends it early)
     verdict = rec.verdict()             # {"status": "converged" | "not_converged" | "diverged" | "interrupted", ...}
     rec.best_theta, rec.losses, rec.errors, rec.marks

@@ -25,8 +25,8 @@ import numpy as np
 
 from app.flags import add_arch_argument, command_parser
 from app.scenes.inverse_render import (DEFAULT_PERTURB, DEFAULT_T, METHODS, SCAN_SPAN, TOLERANCES, InvertSettings,
-                                       Recovery, check_view, load_target_png, png_compare, quantisation_loss, render_target, side_by_side,
-                                       verdict_line)
+                                       Recovery, check_view, load_target_png, png_compare, quantisation_loss,
+                                       render_target, side_by_side, verdict_line)
 from engine import scene_theta
 from engine.diff_render import COMPARE_KINDS
 from engine.errors import EXIT_OK, EXIT_RESULT_BAD, UserError
@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"a scan's grid per parameter, over +-{SCAN_SPAN:g} default perturbations (method search; "
                         f"default {d.scan_points})")
     p.add_argument("--starts", type=int, default=d.starts, metavar="K",
-                   help="method adam: multi-start: K short Adam runs from the start with the base yaw moved by 0, +15, -15, "
+                   help="method adam: multi-start: K short Adam runs from the start with the base yaw moved by 0, "
+                        "+15, -15, "
                         f"+30, ... degrees; the lowest image loss continues; 1 = none (default {d.starts})")
     p.add_argument("--start-iters", type=int, default=d.start_iterations, metavar="N",
                    help=f"Adam iterations of each short run (default {d.start_iterations})")
@@ -248,7 +249,8 @@ def _record(args, rec: Recovery, verdict: dict, running, truth, start, settings,
         "errors": {"start": scene_theta.group_errors(start, truth), "final": scene_theta.group_errors(final, truth)},
         "image_loss": {"start": rec.start_loss, "final": rec.best_loss,
                        "orders": verdict["image_criterion"]["orders"]},
-        "search": rec.search_record, "multistart": rec.multistart, "levenberg_marquardt": rec.lm_record, "hops": rec.hops_done,
+        "search": rec.search_record, "multistart": rec.multistart, "levenberg_marquardt": rec.lm_record,
+        "hops": rec.hops_done,
         "marks": [{"step": step, "phase": text} for step, text in rec.marks],
         "steps": rec.step_count, "losses": rec.losses,
         "image_losses": [{"step": step, "loss": value} for step, value in rec.image_losses],
