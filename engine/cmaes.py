@@ -23,6 +23,11 @@ import math
 import numpy as np
 
 
+def default_popsize(n: int) -> int:
+    """The tutorial's population size for n unknowns: 4 + floor(3 ln n)."""
+    return 4 + int(3 * math.log(n))
+
+
 class CMAES:
     """The (mu/mu_w, lambda)-CMA-ES with rank-one and rank-mu updates and cumulative step-size adaptation."""
 
@@ -34,7 +39,7 @@ class CMAES:
             raise ValueError(f"CMAES: sigma must be a positive number, got {sigma}")
         n = len(x0)
         self.n, self.mean, self.sigma = n, x0.copy(), float(sigma)
-        self.popsize = popsize or 4 + int(3 * math.log(n))
+        self.popsize = popsize or default_popsize(n)
         self.mu = self.popsize // 2
         w = math.log(self.mu + 0.5) - np.log(np.arange(1, self.mu + 1))
         self.weights = w / w.sum()

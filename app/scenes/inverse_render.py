@@ -346,10 +346,10 @@ def search_scale() -> np.ndarray:
 
 def half_resolution_loss(target: np.ndarray, camera: Camera) -> Callable[[np.ndarray], float]:
     """theta -> the search's objective: the forward renderer's image at half the target's resolution against the
-    target's 2x2 box average, L2 over two pyramid levels. A third of the differentiable render's cost per
-    evaluation; its images differ from the differentiable render's (sampling, edges) by an offset that ranks
-    candidates alike (measured: it found the basin more often than the differentiable render at half
-    resolution, docs/RESULTS.md)."""
+    target's 2x2 box average, L2 over two pyramid levels. About half the differentiable render's cost per
+    evaluation at 128x64 (17 against 36 ms); its images differ from the differentiable render's (sampling, edges)
+    by an offset that ranks candidates alike (measured: it found the basin more often than the differentiable
+    render at half resolution, docs/DESIGN.md "A global search before the polish")."""
     from app.scenes.robot_arm import scene_from_theta
     from engine.gauss_newton import box_halve
 
@@ -520,14 +520,15 @@ class Recovery:
             self.hops_done = hop + 1
 
     def most_steps(self) -> int:
-        """An upper bound of the steps `steps()` yields (a progress bar's total; most runs stop earlier)."""
+        """An upper bound of the steps `steps()` yields with the parameters free now (a progress bar's total; most
+        runs stop earlier)."""
         s = self.settings
         if s.method == "search":
-            from engine.cmaes import CMAES
+            from engine.cmaes import default_popsize
 
-            popsize = CMAES(np.zeros(max(len(self.free), 1)), 1.0, 0).popsize
-            first = s.search_evaluations // popsize
-            again = len(self.free) * (s.scan_points - 1)
+            searched = len(self._searched()[0])
+            first = s.search_evaluations // default_popsize(max(searched, 1))
+            again = searched  # a scan yields once per parameter
         else:
             first = s.starts * s.start_iterations + s.iterations
             again = s.hop_iterations
@@ -537,6 +538,13 @@ class Recovery:
         """The optimised components not held."""
         return np.array([i for i in self.free if i not in self.held], np.int64)
 
+    def _searched(self) -> tuple[np.ndarray, np.ndarray]:
+        """The components the search and the scans move (free, not held, a non-zero `search_scale`) and their
+        scales."""
+        free = self.free_now()
+        scale = search_scale()[free]
+        return free[scale > 0.0], scale[scale > 0.0]
+
     def _search(self, r, theta: np.ndarray) -> Iterator[str]:
         """CMA-ES from theta over the free parameters (in default perturbations, `search_scale`) on the
         half-resolution forward image; one step per generation; the best candidate is checked at full resolution
@@ -544,9 +552,7 @@ class Recovery:
         from engine.cmaes import CMAES
 
         s = self.settings
-        free = self.free_now()
-        moving = free[search_scale()[free] > 0.0]
-        scale = search_scale()[moving]
+        moving, scale = self._searched()
         lo, hi = scene_theta.limits()
 
         def candidate(x: np.ndarray) -> np.ndarray:
@@ -569,7 +575,6 @@ class Recovery:
                                   "best_half_resolution_loss": search.best_f,
                                   "parameters": [scene_theta.NAMES[i] for i in moving]}
             self._check(r, best)
-        return self.best_theta
 
     def _scan(self, r, theta: np.ndarray, label: str) -> Iterator[str]:
         """One parameter at a time (theta's order), the full-resolution image loss on a grid of scan_points over
@@ -578,15 +583,12 @@ class Recovery:
         s = self.settings
         self.marks.append((self.step_count, label))
         lo, hi = scene_theta.limits()
-        scale = search_scale()
         theta = np.array(theta, np.float64)
         current = image_loss(r, theta, s)
-        for i in self.free_now():
-            if scale[i] == 0.0:
-                continue
+        for i, scale in zip(*self._searched()):
             centre, best = theta[i], theta[i]
             for offset in np.linspace(-SCAN_SPAN, SCAN_SPAN, s.scan_points):
-                theta[i] = np.clip(centre + offset * scale[i], lo[i], hi[i])
+                theta[i] = np.clip(centre + offset * scale, lo[i], hi[i])
                 value = image_loss(r, theta, s)
                 if value < current:
                     current, best = value, theta[i]
