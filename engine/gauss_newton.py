@@ -7,6 +7,7 @@ are tiny, so the solve, the damping and the sensitivity analysis are plain numpy
 
     residual, jac = pyramid_residual(image, target, image_jac, levels=(0, 1))   # 0.5 |r|^2 = the image loss
     step = lm_step(jac, residual, damping=1e-3)                                  # solve (J^T J + l D) s = -J^T r
+    w = huber_weights(residual, residual_scale(image.shape, (0, 1)), 0.01)       # robust: step on (w J, w r)
     report = identifiability(jac, scale=tolerances, floor=NOISE_FLOOR)            # which unknowns the image fixes
 
 `pyramid_residual` weighs each level as `engine.kernels.image_loss` does (L2: 0.5 w d^2 over
@@ -55,6 +56,28 @@ def pyramid_residual(image: np.ndarray, target: np.ndarray, jac: np.ndarray | No
         image, target = box_halve(image), box_halve(target)
         jac = None if jac is None else box_halve(jac)
     return np.concatenate(rs), (np.concatenate(js) if js else None)
+
+
+def residual_scale(shape: tuple[int, ...], levels: tuple[int, ...]) -> np.ndarray:
+    """(M,) the factor `pyramid_residual` applies to each entry (an image of shape (H, W, 3)): entry / factor is
+    the pixel channel's difference in linear RGB."""
+    return pyramid_residual(np.ones(shape), np.zeros(shape), None, levels)[0]
+
+
+def huber_loss(residual: np.ndarray, scale: np.ndarray, threshold: float) -> float:
+    """Huber's loss of the residual in pixel units (residual / scale), weighted back so that it equals
+    0.5 |r|^2 wherever every |pixel difference| <= threshold: quadratic up to the threshold, linear beyond."""
+    a = np.abs(residual) / scale
+    return float((scale * scale * np.where(a <= threshold, 0.5 * a * a, threshold * (a - 0.5 * threshold))).sum())
+
+
+def huber_weights(residual: np.ndarray, scale: np.ndarray, threshold: float) -> np.ndarray:
+    """(M,) square roots of the iteratively-reweighted-least-squares weights of `huber_loss`: 1 up to the
+    threshold, sqrt(threshold / |pixel difference|) beyond. A step on (w J, w r) is Gauss-Newton on the Huber
+    loss (J^T w^2 r is its gradient), so a few pixels that a discrete choice in the render (an edge layer or a
+    material switching) left far off cannot outweigh the thousands that move smoothly."""
+    a = np.abs(residual) / scale
+    return np.sqrt(np.where(a <= threshold, 1.0, threshold / np.maximum(a, 1e-300)))
 
 
 def lm_step(jac: np.ndarray, residual: np.ndarray, damping: float) -> np.ndarray:

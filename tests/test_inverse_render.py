@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.gauss_newton import NOISE_FLOOR, box_halve, identifiability, lm_step, pyramid_residual
+from engine.gauss_newton import (NOISE_FLOOR, box_halve, huber_loss, huber_weights, identifiability, lm_step,
+                                 pyramid_residual, residual_scale)
 from tests.conftest import OTHER_ARCHS, fresh_worker
 
 ARCHS = ["cpu", *OTHER_ARCHS]
@@ -54,6 +55,23 @@ def test_lm_step_solves_a_linear_least_squares_problem_and_skips_unseen_unknowns
     damped = lm_step(jac, residual, damping=1e3)
     assert 0.0 < np.linalg.norm(damped) < 0.01 * np.linalg.norm(step)  # damping shortens the step
     assert damped[3] == 0.0
+
+
+def test_huber_is_the_l2_loss_below_its_threshold_and_its_weights_give_its_gradient():
+    rng = np.random.default_rng(5)
+    image, target = rng.uniform(size=(8, 12, 3)), rng.uniform(size=(8, 12, 3))
+    scale = residual_scale(image.shape, (0, 1))
+    res, _ = pyramid_residual(image, target, None, (0, 1))
+    np.testing.assert_allclose(res / scale, np.concatenate(
+        [(image - target).ravel(), (box_halve(image) - box_halve(target)).ravel()]), rtol=1e-12)
+    assert huber_loss(res, scale, 10.0) == pytest.approx(0.5 * res @ res, rel=1e-12)  # every pixel below
+    a = rng.normal(size=(res.size, 3))  # a linear model r(x) = r + a x; the threshold cuts about half the pixels
+    x = rng.normal(size=3) * 1e-3
+    f = lambda x: huber_loss(res + a @ x, scale, 0.2)  # noqa: E731
+    w = huber_weights(res + a @ x, scale, 0.2)
+    assert 0.0 < (w < 1.0).mean() < 1.0
+    numeric = np.array([(f(x + e) - f(x - e)) / 2e-7 for e in np.eye(3) * 1e-7])
+    np.testing.assert_allclose(a.T @ (w * w * (res + a @ x)), numeric, rtol=1e-6)  # IRLS: J^T W r = gradient
 
 
 def test_identifiability_is_the_schur_complement_against_the_floor():
