@@ -164,6 +164,122 @@ def test_batch_invert_checks_its_flags_as_invert_does(flags, words, capsys, tmp_
     assert words in err and err.count("\n") == 1 and not (tmp_path / "o").exists()
 
 
+# ---- batch limits (issue 30): counted before made, requests no node meets, hung jobs ---------------
+
+def test_a_huge_grid_is_counted_not_expanded():
+    """`seed=0..10**18` was a list of 10**18 values before anything was checked: now its length is arithmetic."""
+    import tracemalloc
+
+    tracemalloc.start()
+    started = time.perf_counter()
+    with pytest.raises(UserError, match=r"^this batch would run 1,000,000,000,000,000,001 jobs \(1,000,000,000,000,000,001 "
+                                        r"seed values\), more than --max-jobs 10,000: sweep fewer values, or raise --max-jobs$"):
+        job_specs.parse_grid(["seed=0..1000000000000000000"])
+    with pytest.raises(UserError, match=r"would run 12,000 jobs \(3 targets x 2 lr values x 2,000 seed values\)"):
+        job_specs.parse_grid(["lr=0.1,0.2", "seed=1..1000,2001..3000"], per_point=3)
+    with pytest.raises(UserError, match=r"would run 11 jobs .* more than --max-jobs 10:"):
+        job_specs.parse_grid(["seed=0..10"], job_specs.INVERT_KEYS, max_jobs=10)
+    took, peak = time.perf_counter() - started, tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1 << 20 and took < 5, (peak, took)  # no list of values was made (loose: a loaded machine)
+    assert len(job_specs.parse_grid(["seed=1..5000", "lr=0.1,0.2"])) == 2  # 10,000 jobs: the limit itself is allowed
+    with pytest.raises(UserError, match="a value repeats"):  # values are still checked once counted
+        job_specs.parse_grid(["seed=0..3,2"])
+
+
+def test_a_huge_batch_is_refused_in_one_line_under_a_memory_limit(tmp_path):
+    """As a user runs it, with the address space capped at 1.5 GiB: the old code expanded the grid first (minutes,
+    tens of GiB); each refusal names the limit's flag and the count, exit 2, and leaves no folder."""
+    needs_ray()
+
+    def capped() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 29, 3 << 29))
+
+    cases = [(["fit", "--targets", "blob", "spot", "--grid", "seed=0..999999999999", "lr=0.1,0.2"],
+              "this batch would run 4,000,000,000,000 jobs (2 targets x 1,000,000,000,000 seed values x 2 lr values), "
+              "more than --max-jobs 10,000"),
+             (["fit", "--targets", "blob", "--grid", "seed=0..99", "--max-jobs", "50"], "would run 100 jobs"),
+             (["invert", "--grid", "seed=1..100000000000"], "more than --max-jobs 10,000"),
+             (["render", "--t", "0:1:200000", "--frames-per-task", "2"], "would run 100,000 jobs (200,000 frames, 2 per "
+                                                                           "task), more than --max-jobs 10,000"),
+             (["render", "--t", "0:1:9999999999"], "9,999,999,999 frames, more than a batch renders (1,000,000)")]
+    for argv, words in cases:
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "app", "batch", *argv, "--out", str(tmp_path / "o")],
+                                capture_output=True, text=True, timeout=120, cwd=ROOT, preexec_fn=capped)
+        took = time.monotonic() - started
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, (argv, result.stderr)
+        assert result.stderr.startswith("error: ") and words in result.stderr, (argv, result.stderr)
+        assert took < 60 and not (tmp_path / "o").exists(), (argv, took)  # loose: the interpreter's start, mostly
+
+
+@pytest.mark.parametrize("cpus, gpus, nodes, expected", [
+    (2, 0, [{"CPU": 2.0}], None),
+    (3, 0, [{"CPU": 2.0}], "--cpus-per-task 3: no node of this Ray has 3 CPUs (1 node: 2 CPUs)"),
+    (2, 0, [{"CPU": 1.0}, {"CPU": 1.0}], "no node of this Ray has 2 CPUs (2 nodes: 2 x 1 CPUs)"),  # 2 in all: not on one
+    (4, 1, [{"CPU": 16.0}, {"CPU": 2.0, "GPU": 1.0}],
+     "--cpus-per-task 4 (with the GPU of a cuda job): no node of this Ray has 4 CPUs and 1 GPU (2 nodes: 16 CPUs, "
+     "2 CPUs + 1 GPUs)"),
+    (2, 1, [{"CPU": 16.0}, {"CPU": 2.0, "GPU": 1.0}], None),
+    (1, 0, [], "(0 nodes: none)"),
+])
+def test_a_request_no_node_can_meet_is_named_with_what_there_is(cpus, gpus, nodes, expected):
+    needs_ray()
+    from app.batch.ray_session import infeasible
+
+    reason = infeasible(cpus, gpus, nodes)
+    assert (reason is None) if expected is None else (expected in reason and "would wait forever" in reason), reason
+
+
+def test_more_cpus_per_task_than_the_machine_has_is_refused_at_once_leaving_nothing(tmp_path):
+    """The embedded Ray (all this machine's CPUs) cannot run a 64-CPU task: one line in seconds, not a silent hang;
+    no temp folder, no process and no output folder left. With --cpus given it is refused before Ray starts."""
+    needs_ray()
+    tag, temp = secrets.token_hex(4), tempfile.mkdtemp(prefix="shannon-t-")  # short: Ray's socket paths
+    try:
+        many = (os.cpu_count() or 1) * 32
+        started = time.monotonic()
+        result = run_batch(["fit", "--targets", "blob", "--arch", "cpu", "--cpus-per-task", str(many), "--out",
+                            str(tmp_path / "o")], tag, TMPDIR=temp)
+        took = time.monotonic() - started
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith(f"error: --cpus-per-task {many}: no node of this Ray has {many} CPUs (1 node: ")
+        assert took < 120 and not (tmp_path / "o").exists() and os.listdir(temp) == [], (took, os.listdir(temp))
+        assert_none_left(tag)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    from app.cli import main
+
+    assert main(["batch", "fit", "--targets", "blob", "--cpus", "2", "--cpus-per-task", "3", "--out",
+                 str(tmp_path / "o")]) == 2 and not (tmp_path / "o").exists()
+
+
+def test_a_job_past_job_timeout_is_killed_and_the_batch_goes_on(targets, tmp_path):
+    """Two jobs side by side: 4 iterations (seconds) and 1,000,000 (a quarter of an hour). With --job-timeout 30 the
+    second's worker is killed 30 s after it started, its row says timed_out, the first is ok; exit 1 (a result is
+    bad), and nothing is left running. (30 s: a first fit compiles its kernels, 14 s cold on a quiet 2-core machine.)"""
+    needs_ray()
+    out, tag = tmp_path / "out", secrets.token_hex(4)
+    started = time.monotonic()
+    result = run_batch(["fit", "--targets", str(targets / "egg.obj"), "--grid", "iters=4,1000000", "--subdiv", "1",
+                        "--samples", "256", "--arch", "cpu", "--cpus", "2", "--job-timeout", "30", "--out", str(out)], tag)
+    took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    rows = rows_of(out)
+    quick, hung = rows["egg/iters4"], rows["egg/iters1000000"]
+    assert quick["status"] == "ok" and quick["iterations"] == 4, quick
+    assert hung["status"] == "timed_out" and isinstance(hung["pid"], int) and hung["node"], hung
+    assert hung["error"] == f"stopped after --job-timeout 30 s (its worker, pid {hung['pid']}, was killed)"
+    assert f"timed_out egg/iters1000000: stopped after --job-timeout 30 s" in result.stdout
+    assert json.loads((out / "batch.json").read_text())["counts"]["timed_out"] == 1
+    assert {p.name for p in (out / "jobs" / "egg" / "iters1000000").iterdir()} == {"job.json"}
+    assert (out / "jobs" / "egg" / "iters4" / "fit.json").is_file()
+    assert took < 200, took  # 30 s and Ray's start and stop, not the job's quarter of an hour
+    assert_none_left(tag)
+
+
 # ---- real batches -------------------------------------------------------------------------------
 
 def tagged_processes(tag: str) -> list[str]:
@@ -251,7 +367,8 @@ def assert_the_batch_of_six(out: Path, targets: Path, singles: dict[str, Path], 
     for job, single in singles.items():
         assert_same_as_single(out / "jobs" / job, single)
     summary = json.loads((out / "batch.json").read_text())
-    assert summary["counts"] == {"ok": 10, "error": 2, "diverged": 0, "not_converged": 0, "interrupted": 0}
+    assert summary["counts"] == {"ok": 10, "error": 2, "diverged": 0, "not_converged": 0, "timed_out": 0,
+                                 "interrupted": 0}
     assert set(summary["winners"]) == {str(targets / f"{s}.obj") for s in stems if s != "broken"}
     header = (out / "batch.csv").read_text().splitlines()[0].split(",")
     assert header[:2] == ["job", "target"] and {"status", "chamfer", "node", "pid", "backend", "error"} <= set(header)
@@ -425,6 +542,13 @@ def test_two_node_cluster_on_loopback(targets, singles, tmp_path):
                                  text=True, timeout=120, cwd=ROOT, env={**env, "RAY_AUTH_TOKEN": "0" * 32})
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1
         assert "the cluster refused this command's token" in refused.stderr
+        # 2 CPUs in all, 1 on each node: a 2-CPU task fits nowhere (Ray would queue it forever, silently)
+        too_big = subprocess.run([sys.executable, "-m", "app", "batch", "fit", "--targets", "blob", "--cpus-per-task",
+                                  "2", "--out", str(tmp_path / "too_big"), "--address", f"127.0.0.2:{port}"],
+                                 capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+        assert too_big.returncode == 2 and too_big.stderr == (
+            "error: --cpus-per-task 2: no node of this Ray has 2 CPUs (2 nodes: 2 x 1 CPUs); the tasks would wait "
+            "forever\n") and not (tmp_path / "too_big").exists()
     finally:
         for node in reversed(nodes):
             _stop(node)

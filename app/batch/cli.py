@@ -10,13 +10,17 @@ Each job is one Ray task (app.batch.ray_session); an invert job is `python -m ap
 flags, its multi-start (`--starts`, default 3) included; without --address an embedded Ray runs on this
 machine. Rerunning the same command skips finished jobs (`--force` redoes them); Ctrl-C keeps the
 finished ones and marks the rest interrupted (exit 130). The table lands in OUT/batch.csv and
-OUT/batch.json (app.batch.store). Exit codes: 0 every job ok; 1 some job failed or diverged (its
-row says why); 2 bad input, no Ray, or a cluster that does not answer; 130 interrupted.
+OUT/batch.json (app.batch.store). Limits: a batch of more than --max-jobs jobs (10,000 by default,
+counted before any job is made) and a --cpus-per-task no node has (with a GPU, for a cuda job) are
+refused in one line; --job-timeout S kills a job running longer (row status timed_out), and the
+batch goes on. Exit codes: 0 every job ok; 1 some job failed, diverged or timed out (its row says
+why); 2 bad input, no Ray, a request no node meets, or a cluster that does not answer; 130 interrupted.
 """
 from __future__ import annotations
 
 import argparse
 import fcntl
+import math
 import os
 import time
 from pathlib import Path
@@ -46,6 +50,12 @@ def _common() -> argparse.ArgumentParser:
     ray_flags.add_argument("--connect-timeout", type=float, default=60.0, metavar="S",
                            help="seconds to wait for a cluster to answer (default 60)")
     common.add_argument("--force", action="store_true", help="redo jobs a previous run finished")
+    limits = common.add_argument_group("limits")
+    limits.add_argument("--max-jobs", type=int, default=job_specs.MAX_JOBS, metavar="N",
+                        help=f"refuse a batch of more jobs, counted before any is made (default {job_specs.MAX_JOBS:,})")
+    limits.add_argument("--job-timeout", type=float, default=None, metavar="SECONDS",
+                        help="stop a job that runs longer (its worker is killed; its row: timed_out; the batch goes "
+                             "on), counted from when the job starts in its worker (default: no limit)")
     return common
 
 
@@ -96,9 +106,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fit_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
-    grid = job_specs.parse_grid(args.grid)
+    targets = job_specs.find_targets(args.targets)
+    grid = job_specs.parse_grid(args.grid, per_point=len(targets), max_jobs=args.max_jobs)  # counted, then made
     base = {key: getattr(args, key) for key in job_specs.FIT_KEYS}
-    jobs = job_specs.fit_jobs(job_specs.find_targets(args.targets), grid, base, arch, args.cpus_per_task)
+    jobs = job_specs.fit_jobs(targets, grid, base, arch, args.cpus_per_task)
     checked = set()
     for job in jobs:  # each distinct grid point once, as `fit` checks its flags (targets are the jobs' business)
         point = tuple(job.settings[key] for key in job_specs.FIT_KEYS)
@@ -114,7 +125,12 @@ def _render_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
     from app.scenes import render_cli
     from engine.render import Camera
 
+    if args.frames_per_task < 1:
+        raise UserError(f"--frames-per-task must be at least 1, got {args.frames_per_task}")
     times = job_specs.parse_timeline(args.t)
+    if (tasks := -(-len(times) // args.frames_per_task)) > args.max_jobs:
+        raise job_specs.too_many_jobs(tasks, f"{len(times):,} frames, {args.frames_per_task} per task", args.max_jobs,
+                                      "render fewer frames or more per task")
     defaults = Camera()
     camera = {"azimuth": defaults.azimuth if args.azimuth is None else args.azimuth,
               "elevation": defaults.elevation if args.elevation is None else args.elevation,
@@ -124,8 +140,6 @@ def _render_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
     render_cli.add_arguments(single)
     render_cli._validate(single.parse_args(["--t", str(times[0]), "--width", str(args.width), "--height", str(args.height),
                                             "--arch", arch, *(f"--{k}={v}" for k, v in camera.items())]))
-    if args.frames_per_task < 1:
-        raise UserError(f"--frames-per-task must be at least 1, got {args.frames_per_task}")
     args.grid_values = {}
     return job_specs.render_jobs(times, args.orbit, camera, (args.width, args.height), args.frames_per_task, arch,
                                  args.cpus_per_task)
@@ -134,7 +148,7 @@ def _render_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
 def _invert_jobs(args: argparse.Namespace, arch: str) -> list[job_specs.Job]:
     from app.scenes.invert import checked_arguments
 
-    grid = job_specs.parse_grid(args.grid, job_specs.INVERT_KEYS)
+    grid = job_specs.parse_grid(args.grid, job_specs.INVERT_KEYS, max_jobs=args.max_jobs)
     base = {key: getattr(args, key) for key in job_specs.INVERT_FLAGS}
     jobs = job_specs.invert_jobs(grid, base, arch, args.cpus_per_task)
     for job in jobs:  # as `invert` checks its flags, before anything starts
@@ -179,14 +193,29 @@ def main(argv: list[str]) -> int:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
     if args.retries < 0 or args.connect_timeout <= 0:
         raise UserError("--retries must be 0 or more and --connect-timeout positive")
+    if args.max_jobs < 1:
+        raise UserError(f"--max-jobs must be at least 1, got {args.max_jobs}")
+    if args.job_timeout is not None and not 0 < args.job_timeout < math.inf:
+        raise UserError(f"--job-timeout must be a positive number of seconds, got {args.job_timeout:g}")
+    if args.address is None and not os.environ.get("RAY_ADDRESS") and args.cpus is not None \
+            and args.cpus_per_task > args.cpus:
+        raise UserError(f"--cpus-per-task {args.cpus_per_task}: more than the embedded Ray's --cpus {args.cpus}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a folder")
     arch = requested_arch(args.arch)
     jobs = {"fit": _fit_jobs, "render": _render_jobs, "invert": _invert_jobs}[args.kind](args, arch)
+    made = [path for path in (out, out / ".batch.lock") if not path.exists()]  # what a refused batch takes back
     lock = _lock(out)
     try:
         return _run(args, argv, out, jobs)
+    except UserError:  # refused before any job ran (a request no node can meet): leave no trace of this run
+        for path in reversed(made):
+            try:
+                path.rmdir() if path.is_dir() else path.unlink()
+            except OSError:  # not empty after all: keep it
+                pass
+        raise
     finally:
         lock.close()
 
@@ -203,7 +232,7 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path, jobs: list[job_sp
     if todo:
         from app.batch.ray_session import RaySession
 
-        progress = bar(total=len(todo), desc=f"batch {args.kind}")
+        progress = None
         slots = 1
 
         def on_result(job: job_specs.Job, result: dict) -> None:
@@ -217,16 +246,19 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path, jobs: list[job_sp
 
         try:
             with RaySession(args.address, args.cpus, args.connect_timeout) as session:
+                session.check_feasible(todo[0], args.retries)  # a request no node meets: one line, not a hang
                 resources = session.resources()
                 slots = max(int(resources["CPU"] // args.cpus_per_task), 1)
                 where = {"mode": session.mode, "address": session.address, **resources,
                          "ray_start_s": round(session.started_s, 3)}
-                session.run(todo, on_result, args.retries, on_wait)
+                progress = bar(total=len(todo), desc=f"batch {args.kind}")
+                session.run(todo, on_result, args.retries, on_wait, args.job_timeout)
             where["ended_leftover_pids"] = session.leftovers
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = exc if isinstance(exc, Interrupted) else Interrupted("SIGINT")
         finally:
-            progress.close()
+            if progress is not None:
+                progress.close()
     rows = [done.get(job.name) or results.get(job.name)
             or store.not_run_row(job, "not run: the batch was interrupted; rerun the command to finish it")
             for job in jobs]
@@ -258,7 +290,7 @@ def _print_summary(args: argparse.Namespace, out: Path, rows: list[dict], summar
     print(f"batch {args.kind}: {len(rows)} jobs: " + ", ".join(f"{n} {status}" for status, n in tally.items())
           + f" ({summary['resumed']} done before) in {summary['wall_s']:.1f} s ({place}) -> {out}/batch.csv")
     for row in rows:
-        if row["status"] in ("error", "diverged", "not_converged"):
+        if row["status"] in ("error", "diverged", "not_converged", "timed_out"):
             print(f"  {row['status']:<8} {row['job']}: {row.get('error', '')}")
     if tally["interrupted"]:
         print(f"  interrupted: {tally['interrupted']} jobs not run or not finished; rerun the command to finish them")

@@ -2,6 +2,7 @@
 
     targets = find_targets(["meshes/", "spot"])            # a folder, a glob, a file or a built-in name
     grid = parse_grid(["lr=0.01,0.03", "seed=0..3"])        # {"lr": [0.01, 0.03], "seed": [0, 1, 2, 3]}
+    parse_grid(["seed=0..10**9"], per_point=2)              # UserError: 2,000,000,002 jobs, over MAX_JOBS (counted first)
     jobs = fit_jobs(targets, grid, base={"subdiv": 3, ...}, arch="cpu", threads=1)
     jobs[0].name, fit_argv(jobs[0].settings, "cpu", "out/x")  # "spot/lr0.01_seed0", the `fit` flags
     fit_settings(jobs[0]).validate()                        # what `fit` would run with those flags
@@ -12,9 +13,14 @@
 A fit job's settings are exactly the flags of a single `python -m app fit` (`fit_argv`), and an invert
 job's those of `python -m app invert` (`invert_argv`), so a batch job and the single command run the
 same code on the same settings and write the same files.
+
+A batch is counted before any job (or any list of grid values) is made: a grid over `MAX_JOBS` jobs
+(`batch --max-jobs`), or a timeline over `MAX_FRAMES` frames, is one error line, at once and in no memory
+(`seed=0..10**12` used to be expanded and checked point by point: minutes, tens of GiB).
 """
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import itertools
@@ -33,6 +39,8 @@ INVERT_KEYS = {"seed": int, "t": float, "iters": int, "lr": float, "starts": int
 # ^ what `batch invert --grid` sweeps (lm_iters is `invert --lm-iters`); each job is `python -m app invert`,
 # with that command's defaults for what is not given
 INVERT_FLAGS = (*INVERT_KEYS, "width", "height", "perturb")  # an invert job's settings: `invert` flags of these names
+MAX_JOBS = 10_000  # jobs in one batch unless `--max-jobs` raises it: checking and planning 10,000 take seconds
+MAX_FRAMES = 1_000_000  # frames of one batch render (its timeline is a list of times)
 
 
 @dataclass(frozen=True)
@@ -44,14 +52,14 @@ class Job:
     threads: int = 1  # the task's num_cpus, and Taichi's CPU threads in it
 
 
-def _number(key: str, text: str, kind: type) -> list:
-    """One grid value, or an inclusive integer range `a..b`, converted to the setting's type."""
+def _number(key: str, text: str, kind: type) -> list | range:
+    """One grid value, or an inclusive integer range `a..b` (a `range`, not yet a list), as the setting's type."""
     try:
         if ".." in text:
             lo, hi = (int(part) for part in text.split(".."))
             if kind is not int or hi < lo:
                 raise ValueError
-            return list(range(lo, hi + 1))
+            return range(lo, hi + 1)
         value = kind(text)
     except ValueError:
         raise UserError(f"--grid {key}: '{text}' is not {'an integer or a range a..b' if kind is int else 'a number'}") from None
@@ -60,19 +68,38 @@ def _number(key: str, text: str, kind: type) -> list:
     return [value]
 
 
-def parse_grid(items: list[str], keys: dict[str, type] = FIT_KEYS) -> dict[str, list]:
+def too_many_jobs(count: int, what: str, max_jobs: int, fewer: str = "sweep fewer values") -> UserError:
+    """The one line for a batch of `count` jobs over the limit; `what` says how they were counted."""
+    return UserError(f"this batch would run {count:,} jobs ({what}), more than --max-jobs {max_jobs:,}: "
+                     f"{fewer}, or raise --max-jobs")
+
+
+def parse_grid(items: list[str], keys: dict[str, type] = FIT_KEYS, per_point: int = 1,
+               max_jobs: int = MAX_JOBS) -> dict[str, list]:
     """`["lr=0.01,0.03", "seed=0..3"]` -> {"lr": [0.01, 0.03], "seed": [0, 1, 2, 3]}, in the order given.
 
-    `keys`: the settings a grid may sweep, with their types (FIT_KEYS, INVERT_KEYS)."""
-    grid: dict[str, list] = {}
+    `keys`: the settings a grid may sweep, with their types (FIT_KEYS, INVERT_KEYS). The jobs are
+    counted first, per_point (a fit batch's targets) times the product of the values' counts, ranges
+    by their length: over `max_jobs` it is `too_many_jobs`, before any list of values is made."""
+    pieces: dict[str, list] = {}
     for item in items:
         key, _, values = item.partition("=")
         key = key.strip().replace("-", "_")
         if key not in keys or not values.strip():
             raise UserError(f"--grid '{item}': expected KEY=V1,V2,... with KEY one of {', '.join(keys)}")
-        if key in grid:
+        if key in pieces:
             raise UserError(f"--grid gives {key} twice")
-        grid[key] = [v for text in values.split(",") for v in _number(key, text.strip(), keys[key])]
+        pieces[key] = [_number(key, text.strip(), keys[key]) for text in values.split(",")]
+    sizes = {key: sum(piece.stop - piece.start if isinstance(piece, range) else 1 for piece in parts)
+             for key, parts in pieces.items()}  # arithmetic: len() of a range past 2**63 raises
+    count = per_point * math.prod(sizes.values())
+    if count > max_jobs:
+        what = " x ".join([*([f"{per_point:,} targets"] if per_point != 1 else []),
+                           *(f"{n:,} {key} values" for key, n in sizes.items())])
+        raise too_many_jobs(count, what, max_jobs)
+    grid: dict[str, list] = {}
+    for key, parts in pieces.items():
+        grid[key] = [v for piece in parts for v in piece]
         if len(set(grid[key])) != len(grid[key]):
             raise UserError(f"--grid {key}: a value repeats")
     return grid
@@ -151,14 +178,22 @@ def fit_argv(settings: dict, arch: str, out: str | Path) -> list[str]:
     return [*argv, "--arch", arch, "--out", str(out)]
 
 
-def fit_settings(job: Job) -> FitSettings:
-    """The `FitSettings` the `fit` command makes of this job's flags (its own parser and `settings_from`)."""
+@functools.lru_cache(maxsize=1)
+def _fit_parser():
+    """The `fit` command's parser, made once (a batch checks every grid point with it)."""
     from app.flags import OneLineParser
     from app.scenes import fit_cli
 
     parser = OneLineParser(prog="python -m app fit")
     fit_cli.add_arguments(parser)
-    return fit_cli.settings_from(parser.parse_args(fit_argv(job.settings, job.arch, "-")))
+    return parser
+
+
+def fit_settings(job: Job) -> FitSettings:
+    """The `FitSettings` the `fit` command makes of this job's flags (its own parser and `settings_from`)."""
+    from app.scenes import fit_cli
+
+    return fit_cli.settings_from(_fit_parser().parse_args(fit_argv(job.settings, job.arch, "-")))
 
 
 def invert_jobs(grid: dict[str, list], base: dict, arch: str, threads: int) -> list[Job]:
@@ -174,8 +209,10 @@ def invert_argv(settings: dict, arch: str, out: str | Path) -> list[str]:
     return [*argv, "--arch", arch, "--out", str(out)]
 
 
-def parse_timeline(text: str) -> list[float]:
-    """`START:STOP:COUNT` -> COUNT times from START to STOP inclusive (`T` alone: one time), all in 0..1."""
+def parse_timeline(text: str, max_frames: int = MAX_FRAMES) -> list[float]:
+    """`START:STOP:COUNT` -> COUNT times from START to STOP inclusive (`T` alone: one time), all in 0..1.
+
+    A COUNT over `max_frames` is refused before any list is made."""
     parts = text.split(":")
     try:
         if len(parts) == 1:
@@ -184,6 +221,8 @@ def parse_timeline(text: str) -> list[float]:
             start, stop, count = float(parts[0]), float(parts[1]), int(parts[2])
             if count < 1:
                 raise ValueError
+            if count > max_frames:
+                raise UserError(f"--t '{text}': {count:,} frames, more than a batch renders ({max_frames:,})")
             times = [start + (stop - start) * i / max(count - 1, 1) for i in range(count)]
         else:
             raise ValueError

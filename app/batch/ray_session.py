@@ -21,6 +21,18 @@ The only module that imports Ray (the optional `batch` extra).
   and the cluster has GPUs (a cuda job on a cluster without any runs and becomes the backend's
   error row, never a cpu run); `max_retries` for a worker that dies mid-task (the job starts over
   in a new worker); CPU workers are recycled after MAX_CALLS jobs (each job leaves some memory behind).
+- **Requests no node can meet** (`--cpus-per-task` over every node's CPUs, or with the GPU a cuda job
+  asks for, over every GPU node's): Ray would queue such a task forever, silently. `check_feasible`
+  compares the request with each live node's totals once the session is up, and refuses the batch
+  in one line (exit 2) before any task is submitted; the session is then ended as always (its temp
+  folder removed). A cluster's autoscaler that would add a bigger node is not waited for.
+- **Per-job timeout** (`job_timeout`, `batch --job-timeout`): each task first tells a small actor
+  (`_Clock`, 0 CPUs, made only when a timeout is set) that it started, with its pid and node; the
+  actor times every job on its one clock (no skew between nodes), so a job's time starts when it
+  starts in its worker, not while it waits for a free CPU (a retried job starts again). A job past
+  the limit is cancelled with `force=True`: Ray kills its worker and does not retry it; its row is
+  `timed_out`, and the other jobs go on. (On a cluster the killed job's temporary folder stays in
+  that node's temp folder; an embedded session's goes with the session's.)
 """
 from __future__ import annotations
 
@@ -46,11 +58,47 @@ MARKER_ENV = "SHANNON_BATCH_SESSION"  # in the environment of every process of a
 MAX_CALLS = 10  # jobs per CPU worker process before Ray replaces it
 
 
-def _task(job: Job) -> dict:
-    """The Ray task: one job in this worker (app.batch.execute), plus the node it ran on."""
+def _task(job: Job, clock=None) -> dict:
+    """The Ray task: one job in this worker (app.batch.execute), plus the node it ran on; with a
+    `clock` (a `_Clock` handle) it first says it started."""
+    if clock is not None:
+        clock.start.remote(job.name, os.getpid(), ray.util.get_node_ip_address())
     result = execute.run_job(job)
     result["row"]["node"] = ray.util.get_node_ip_address()
     return result
+
+
+class _Clock:
+    """Ray actor: when each running job started in its worker, on this one process's clock."""
+
+    def __init__(self):
+        self.started: dict[str, tuple[float, int, str]] = {}  # job name -> (monotonic time, pid, node)
+
+    def start(self, name: str, pid: int, node: str) -> None:
+        self.started[name] = (time.monotonic(), pid, node)
+
+    def over(self, limit_s: float) -> dict[str, tuple[int, str]]:
+        """The jobs that started more than `limit_s` ago, each reported once: {name: (pid, node)}."""
+        now = time.monotonic()
+        late = {name: (pid, node) for name, (t, pid, node) in self.started.items() if now - t > limit_s}
+        for name in late:
+            del self.started[name]
+        return late
+
+
+def infeasible(cpus: int, gpus: int, nodes: list[dict[str, float]]) -> str | None:
+    """Why no node (each its resource totals, as ray.nodes() gives them) can run a task of `cpus` CPUs
+    and `gpus` GPUs, in words naming the request and what there is; None if one can."""
+    if any(node.get("CPU", 0) >= cpus and node.get("GPU", 0) >= gpus for node in nodes):
+        return None
+    shapes: dict[str, int] = {}
+    for node in nodes:
+        shape = f"{node.get('CPU', 0):g} CPUs" + (f" + {node['GPU']:g} GPUs" if node.get("GPU") else "")
+        shapes[shape] = shapes.get(shape, 0) + 1
+    there = ", ".join(f"{n} x {shape}" if n > 1 else shape for shape, n in sorted(shapes.items())) or "none"
+    ask = f"{cpus} CPUs" + (f" and {gpus} GPU" if gpus else "")
+    return (f"--cpus-per-task {cpus}{' (with the GPU of a cuda job)' if gpus else ''}: no node of this Ray has "
+            f"{ask} ({len(nodes)} node{'s' if len(nodes) != 1 else ''}: {there}); the tasks would wait forever")
 
 
 def _parse_address(address: str) -> tuple[str, int]:
@@ -186,6 +234,14 @@ class RaySession:
                 else:
                     os.environ["TMPDIR"] = self._tmpdir
 
+    def check_feasible(self, job: Job, retries: int) -> None:
+        """Refuse (UserError) a batch whose tasks, asking what `job` asks, no live node can run."""
+        options = task_options(job, self.resources()["GPU"], retries)
+        nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
+        reason = infeasible(options["num_cpus"], options["num_gpus"], nodes)
+        if reason:
+            raise UserError(reason)
+
     def resources(self) -> dict[str, float]:
         """The cluster's totals: {"CPU": ..., "GPU": ..., "nodes": ...}."""
         total = ray.cluster_resources()
@@ -193,15 +249,18 @@ class RaySession:
         return {"CPU": total.get("CPU", 0.0), "GPU": total.get("GPU", 0.0), "nodes": nodes}
 
     def run(self, jobs: list[Job], on_result: Callable[[Job, dict], None], retries: int = 2,
-            on_wait: Callable[[int], None] | None = None) -> None:
+            on_wait: Callable[[int], None] | None = None, job_timeout: float | None = None) -> None:
         """Run every job as a task; call `on_result(job, result)` as each finishes (in this thread) and
-        `on_wait(in_flight)` twice a second. Ctrl-C or SIGTERM (`Interrupted`) cancels the tasks left and passes on."""
+        `on_wait(in_flight)` twice a second. A job running longer than `job_timeout` seconds is killed
+        and comes back as a timed_out row. Ctrl-C or SIGTERM (`Interrupted`) cancels the tasks left and passes on."""
         gpus = self.resources()["GPU"]
         tasks = {False: ray.remote(max_calls=MAX_CALLS)(_task), True: ray.remote(_task)}  # GPU: Ray's one job per process
-        pending = {}
+        clock = ray.remote(num_cpus=0, max_restarts=0)(_Clock).remote() if job_timeout else None
+        pending, by_name, timed_out = {}, {}, {}
         for job in jobs:
             options = task_options(job, gpus, retries)
-            pending[tasks[options["num_gpus"] > 0].options(**options).remote(job)] = job
+            ref = tasks[options["num_gpus"] > 0].options(**options).remote(job, clock)
+            pending[ref], by_name[job.name] = job, ref
         # A signal only raises a flag here: an exception raised by a handler while Ray's C++ code waits
         # comes out as a SystemError; the loop looks at the flag every half second instead.
         with graceful_stop() as stop:
@@ -210,7 +269,9 @@ class RaySession:
                     ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
                     for ref in ready:
                         job = pending.pop(ref)
-                        on_result(job, self._result(job, ref))
+                        on_result(job, self._result(job, ref, timed_out.get(job.name), job_timeout))
+                    if clock is not None:
+                        self._stop_late(clock, job_timeout, pending, by_name, timed_out)
                     if on_wait:
                         on_wait(len(pending))
             except (Interrupted, KeyboardInterrupt):  # a second Ctrl-C, or outside the CLI's handlers
@@ -224,10 +285,31 @@ class RaySession:
                 raise Interrupted(stop.signal_name)
 
     @staticmethod
-    def _result(job: Job, ref) -> dict:
+    def _stop_late(clock, job_timeout: float, pending: dict, by_name: dict, timed_out: dict) -> None:
+        """Cancel (kill the worker of) every pending job the clock says is past `job_timeout`."""
+        try:
+            late = ray.get(clock.over.remote(job_timeout), timeout=10)
+        except ray.exceptions.RayError:  # the clock is slow or gone: no job is stopped this time round
+            return
+        for name, where in late.items():
+            ref = by_name.get(name)
+            if ref in pending and name not in timed_out:
+                timed_out[name] = where
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # it finished meanwhile: its result is kept
+                    pass
+
+    @staticmethod
+    def _result(job: Job, ref, killed: tuple[int, str] | None = None, job_timeout: float | None = None) -> dict:
         try:
             return ray.get(ref)
         except ray.exceptions.RayError as exc:  # the task's worker died more often than max_retries, a node was lost
+            if killed is not None:  # we stopped it: past --job-timeout
+                pid, node = killed
+                return {"row": {"job": job.name, "status": "timed_out", "pid": pid, "backend": "", "node": node,
+                                "error": f"stopped after --job-timeout {job_timeout:g} s (its worker, pid {pid}, "
+                                         f"was killed)"}, "files": {}, "log": ""}
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return {"row": {"job": job.name, "status": "error", "error": f"Ray: {type(exc).__name__}: {reason}",
                             "pid": "", "backend": "", "node": ""}, "files": {}, "log": str(exc)}

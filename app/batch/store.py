@@ -9,8 +9,8 @@
 
 A job folder is assembled beside its place under a hidden name and renamed into place, so it is
 whole or absent; a rerun counts a job done when its folder holds a job.json of the same settings
-with status ok or diverged (and, for frames, every frame file). Rows with status error or
-interrupted are run again.
+with status ok or diverged (and, for frames, every frame file). Rows with status error,
+timed_out (stopped at --job-timeout) or interrupted are run again.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from app.batch.jobs import FIT_KEYS, INVERT_KEYS, Job, fit_argv, frame_path, inv
 from engine import atomic
 from engine.errors import UserError
 
-DONE = ("ok", "diverged", "not_converged")  # a rerun keeps these (each is a run's verdict); error and interrupted run again
-STATUSES = ("ok", "error", "diverged", "not_converged", "interrupted")
+DONE = ("ok", "diverged", "not_converged")  # a rerun keeps these (each is a run's verdict); the others run again
+STATUSES = ("ok", "error", "diverged", "not_converged", "timed_out", "interrupted")
 COLUMNS = {
     "fit": ["job", "target", *FIT_KEYS, "status", "orders", "final_loss", "chamfer", "hausdorff", "misses",
             "iterations", "wall_s", "node", "pid", "backend", "error", "resumed", "folder", "command"],
