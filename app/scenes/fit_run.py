@@ -6,7 +6,7 @@
     result = run_fit(FitSettings("spot", subdiv=4), "out/spot")
     result.status      # "ok", "diverged" or "interrupted" (run_fit_safely adds "error")
     result.exit_code   # 0, 1, 130 (2 bad input, 3 internal error: run_fit_safely)
-    result.record      # what fit.json holds: settings, backend, losses, status
+    result.record      # what fit.json holds: settings, backend, losses, status, launches and host syncs per iteration
 
 `run_fit` writes exactly what the `fit` command writes (the command is a thin wrapper):
 `fit.json`, `final.<fmt>` (in the target file's coordinates), `loss.png` and `loss.svg`,
@@ -115,6 +115,7 @@ def _finite(value: float | None) -> float | None:
 def _run(settings: FitSettings, out: Path, stop: StopFlag) -> FitResult:
     from app.scenes.shape_fit import FitDiverged, ShapeFit
     from engine import backend
+    from engine.host_costs import IterationCosts
     from engine.progress import bar
 
     running = backend.init(settings.arch)
@@ -125,6 +126,7 @@ def _run(settings: FitSettings, out: Path, stop: StopFlag) -> FitResult:
         previews = []
         every = settings.dump_every or max(1, settings.iterations // VIDEO_FRAMES)
         diverged_at, why, final = None, "", None
+        costs = IterationCosts()  # launches and host syncs per iteration (engine.host_costs)
         started = time.perf_counter()
         progress = bar(total=settings.iterations, desc=f"fit {fit.target.name}")
         for i in range(settings.iterations):
@@ -137,7 +139,8 @@ def _run(settings: FitSettings, out: Path, stop: StopFlag) -> FitResult:
             if settings.video and i % every == 0:
                 previews.append(_preview(fit))
             try:
-                loss = fit.step()
+                with costs.iteration(i):
+                    loss = fit.step()
             except FitDiverged as exc:
                 diverged_at, why = exc.iteration, f"the loss became {exc.loss}"
                 break
@@ -168,6 +171,7 @@ def _run(settings: FitSettings, out: Path, stop: StopFlag) -> FitResult:
             "diverged": diverged_at is not None, "diverged_at": diverged_at, "divergence": why or None,
             "interrupted": interrupted, "signal": stop.signal_name or None,
             "losses": [_finite(value) for value in fit.losses], "files": [*files, "fit.json"],
+            **costs.record(),
         }
         atomic.write_json(out / "fit.json", record)
         result = FitResult(status, out, record, exit_code=EXIT_CODES[status])

@@ -140,7 +140,8 @@ RECORD_SETTINGS = {
 }
 # what else app.scenes.fit_run writes into a fit.json (results, not settings: read by nothing here)
 RECORD_RESULTS = ("status", "target_name", "backend", "vertices", "iterations_done", "wall_s", "orders", "misses",
-                  "final_loss", "diverged", "diverged_at", "divergence", "interrupted", "signal", "losses", "files")
+                  "final_loss", "diverged", "diverged_at", "divergence", "interrupted", "signal", "losses", "files",
+                  "launches_per_iteration", "host_syncs_per_iteration", "host_costs")  # engine.host_costs
 RECORD_KEYS = frozenset(RECORD_SETTINGS) | frozenset(RECORD_RESULTS)
 
 
