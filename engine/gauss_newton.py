@@ -108,21 +108,24 @@ class Identifiability:
     determined: np.ndarray  # (K,) bool
     eigenvalues: np.ndarray  # (K,) of H, ascending
     floor: float
+    robust: np.ndarray  # (K,) the same change as `sensitivity`, summed by Huber's loss (x2) with `threshold`
 
 
-def identifiability(jac: np.ndarray, scale: np.ndarray, floor: float = NOISE_FLOOR) -> Identifiability:
+def identifiability(jac: np.ndarray, scale: np.ndarray, floor: float = NOISE_FLOOR,
+                    threshold: float = np.inf) -> Identifiability:
     """Which unknowns the image determines, from its unweighted per-pixel Jacobian.
 
     Args:
         jac: (M, K) d image values / d unknowns (per pixel channel, not weighted by 1/n).
         scale: (K,) the size of a move that matters for each unknown (its tolerance).
         floor: the smallest image change (sum of squares) that a picture records.
+        threshold: Huber's threshold for `robust` (per image value; infinite: robust == sensitivity).
     """
     js = np.asarray(jac, np.float64) * np.asarray(scale, np.float64)[None, :]
     h = js.T @ js
     alone = np.diag(h).copy()
     k = len(alone)
-    sensitivity = np.zeros(k)
+    sensitivity, robust = np.zeros(k), np.zeros(k)
     for i in np.flatnonzero(alone > 0.0):
         # what of column i the other columns cannot reproduce: least squares on J itself, not on H, whose
         # squared condition number would lose a nearly collinear pair to rounding
@@ -133,6 +136,7 @@ def identifiability(jac: np.ndarray, scale: np.ndarray, floor: float = NOISE_FLO
         else:
             rest = js[:, i]
         sensitivity[i] = float(rest @ rest)
+        robust[i] = 2.0 * huber_loss(rest, np.ones_like(rest), threshold)
     eigenvalues = np.linalg.eigvalsh(h) if k else np.zeros(0)
     return Identifiability(sensitivity=sensitivity, alone=alone, determined=sensitivity >= floor,
-                           eigenvalues=eigenvalues, floor=floor)
+                           eigenvalues=eigenvalues, floor=floor, robust=robust)
