@@ -88,6 +88,11 @@ def test_identifiability_is_the_schur_complement_against_the_floor():
     weak = identifiability(np.array([[1e-3], [0.0]]), scale=np.array([1.0]))
     assert weak.sensitivity[0] == pytest.approx(1e-6) and not weak.determined[0] and 1e-6 < NOISE_FLOOR
     assert identifiability(np.array([[1e-3], [0.0]]), scale=np.array([10.0])).determined[0]
+    np.testing.assert_array_equal(ident.robust, ident.sensitivity)  # no threshold: the same sum of squares
+    # with a threshold, each residual value beyond it counts 2 t |v| - t^2 instead of v^2 (Huber's, x2)
+    column = np.array([[0.5], [-3.0], [0.01]])
+    robust = identifiability(column, scale=np.ones(1), threshold=1.0).robust[0]
+    assert robust == pytest.approx(0.25 + (2 * 3.0 - 1.0) + 1e-4, rel=1e-12)
 
 
 # ---- the image Jacobian on every backend ----------------------------------------------------------

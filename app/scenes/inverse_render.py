@@ -31,7 +31,8 @@ The recovery (`Recovery.steps`), in phases, each marked on the loss plot (`marks
    `check_every` iterations keeps the best iterate and catches divergence.
 3. Levenberg-Marquardt (the polish): from the best iterate (the identifiability redone there frees a held
    parameter this pose shows), Gauss-Newton steps on the full- and half-resolution residual with the exact
-   Jacobian; a step is taken only if the image loss falls, so the result is never worse than the best iterate.
+   Jacobian, reweighted for Huber's loss, its threshold lowered in stages (`POLISH_THRESHOLDS`); a step is taken
+   only if the loss falls, and the best iterate (by the image loss, Huber's: `image_loss`) is kept.
 4. further rounds (`hops`), while the image loss is above what a one-tolerance error would leave (the picture
    says the fit is not there, truth or no truth), each ending in a polish: "search" scans every parameter
    alone over +-SCAN_SPAN default perturbations at full resolution (a small part, the wrist or the fingers,
