@@ -9,7 +9,7 @@ Adding a command is one row in `SUBCOMMANDS`, in one of two forms:
 - `"name": "package.module"`: the module has `add_arguments(parser)`, which adds its flags
   to an `argparse` subparser, and `run(args) -> int`. The module is imported only when the
   command runs or its `--help` is asked for, so `python -m app --help` and error paths stay
-  fast; the listing's one-line summary is the first line of the module's docstring.
+  fast; the listing's summary is the first paragraph of the module's docstring.
 - `"name": "package.module:main"`: a `main(argv) -> int` that parses its own arguments
   (build its parser with `app.flags.command_parser(name, doc)` to get the conventions below).
 

@@ -39,7 +39,20 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:
+        if message.startswith("the following arguments are required"):  # said before any unknown flag: name one too
+            message += self._unknown_flag_hint()
         raise UserError(f"{self.prog}: {message} (see --help)")
+
+    def _unknown_flag_hint(self) -> str:
+        """`; unrecognized --targts: did you mean --targets?` for the first unknown flag given with a close match."""
+        known = self.option_strings()
+        for token in getattr(self, "_tokens", ()):
+            flag = token.split("=", 1)[0]
+            if flag.startswith("-") and flag not in known and not _is_number(flag):
+                hint = did_you_mean(flag, known)
+                if hint:
+                    return f"; unrecognized {flag}{hint}"
+        return ""
 
     def _check_value(self, action: argparse.Action, value) -> None:
         try:
@@ -52,6 +65,7 @@ class OneLineParser(argparse.ArgumentParser):
         return [option for action in self._actions for option in action.option_strings]
 
     def parse_known_args(self, args=None, namespace=None):
+        self._tokens = [str(token) for token in (sys.argv[1:] if args is None else args)]  # for error()'s hint
         parsed, extras = super().parse_known_args(args, namespace)
         hints = dict(getattr(parsed, _SUGGESTIONS, {}))  # a subparser's, copied up into this namespace
         for token in extras:  # a subparser's flags are its own: the top level never offers one of its flags
@@ -69,6 +83,14 @@ class OneLineParser(argparse.ArgumentParser):
             hint = next((hints[flag] for flag in (token.split("=", 1)[0] for token in extras) if hints.get(flag)), "")
             self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return parsed
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
 
 
 def add_verbosity_arguments(parser: argparse.ArgumentParser, default=0) -> None:
@@ -93,7 +115,7 @@ def add_arch_argument(parser: argparse.ArgumentParser) -> None:
 
 def example_parser(doc: str) -> argparse.ArgumentParser:
     """The flags every program in examples/ takes: --arch (one of ARCH_CHOICES) and --headless (no window)."""
-    parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    parser = argparse.ArgumentParser(description=summary_of(doc))
     parser.add_argument("--arch", choices=ARCH_CHOICES, default=None, help=f"backend (default: ${ARCH_ENV}, else auto)")
     parser.add_argument("--headless", action="store_true", help="print the results and open no window")
     return parser
@@ -118,8 +140,9 @@ def command_parser(name: str, doc: str | None) -> OneLineParser:
 
 
 def summary_of(doc: str | None) -> str:
-    """The first line of a docstring ("" for none): a command's one-line description."""
-    return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
+    """The first paragraph of a docstring ("" for none): a command's summary, its first sentence whole even
+    where it wraps onto a second line (the `--help` listing refills it; a description keeps its lines)."""
+    return "\n".join(line.strip() for line in (doc or "").strip().split("\n\n")[0].splitlines())
 
 
 _handler: logging.Handler | None = None  # the stderr handler configure_logging installed

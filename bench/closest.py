@@ -326,9 +326,12 @@ def _names(text: str, known: tuple, flag: str) -> tuple:
 
 def main(argv: list[str]) -> int:
     parser = bench_parser("closest", __doc__)
-    parser.add_argument("--repeats", type=int, default=5, help="repetitions (the median is reported)")
-    parser.add_argument("--meshes", default=",".join(MESHES), help=f"comma-separated, of {', '.join(MESHES)}")
-    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="queries per batch, comma-separated")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="repetitions (the median is reported; default %(default)s)")
+    parser.add_argument("--meshes", default=",".join(MESHES),
+                        help=f"comma-separated, of {', '.join(MESHES)} (default: all)")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)),
+                        help="queries per batch, comma-separated (default %(default)s)")
     parser.add_argument("--fcpw-simd", default=None, metavar="DIR",
                         help="folder holding the _fcpwsimd module (default: $SHANNON_FCPW_SIMD)")
     for name in PEERS:

@@ -82,7 +82,7 @@ def _same_answers(target: str, subdiv: int) -> None:
 def main(argv: list[str]) -> int:
     parser = bench_parser("fit_iteration", __doc__)
     parser.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of {', '.join(TARGETS)} "
-                        "or mesh files")
+                        "or mesh files (default: all)")
     parser.add_argument("--subdiv", type=int, default=4, help="icosphere subdivision (default 4)")
     parser.add_argument("--iters", type=int, default=400, help=f"iterations per fit (default 400, > {WARMUP})")
     parser.add_argument("--rounds", type=int, default=2, help="fits per side and target (default 2)")

@@ -21,10 +21,11 @@ def main(argv: list[str]) -> int:
     from engine.backend import resolve_archs
 
     parser = bench_parser("gui_fps", __doc__)
-    parser.add_argument("--parity-arch", default=None)
+    parser.add_argument("--parity-arch", default=None, metavar="cuda|vulkan|cpu",
+                        help="the Parity panel's backend (default: vulkan beside cpu, else cpu)")
     parser.add_argument("--frames", type=int, default=120,
                         help="frames timed once the fit runs (default 120: the fit, 400 iterations, must outlast them)")
-    parser.add_argument("--size", default="1280x800")
+    parser.add_argument("--size", default="1280x800", metavar="WxH", help="window size (default %(default)s)")
     parser.add_argument("--play", action="store_true",
                         help="play the timeline too: preview frames render between the fit's batches")
     args = parser.parse_args(argv)

@@ -246,8 +246,10 @@ def _parse_sizes(text: str) -> list[tuple[int, int]]:
 
 def main(argv: list[str]) -> int:
     parser = bench_parser("invert", __doc__)
-    parser.add_argument("--repeats", type=int, default=7, help="timed iterations per side and size (median reported)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads for each side")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="timed iterations per side and size (median reported; default %(default)s)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+                        help="CPU threads for each side (default: every core, %(default)s here)")
     parser.add_argument("--sizes", type=_parse_sizes, default=list(SIZES), help="e.g. 256x128,512x256 (default: all)")
     parser.add_argument("--no-drjit", action="store_true", help="time ours only")
     parser.add_argument("--no-memory", action="store_true", help="skip the per-process memory measurement")

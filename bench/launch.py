@@ -213,8 +213,10 @@ def _warp_version() -> str | None:
 
 def main(argv: list[str]) -> int:
     parser = bench_parser("launch", __doc__)
-    parser.add_argument("--launches", type=int, default=20_000, help="launches per cell and repetition")
-    parser.add_argument("--repeats", type=int, default=3, help="repetitions per cell (the median is reported)")
+    parser.add_argument("--launches", type=int, default=20_000,
+                        help="launches per cell and repetition (default %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="repetitions per cell (the median is reported; default %(default)s)")
     parser.add_argument("--no-warp", action="store_true", help="time native dispatch and plain calls only")
     parser.add_argument("--json", default=None, metavar="PATH",
                         help="also write the cells, the table and its summary to PATH as JSON")

@@ -31,7 +31,8 @@ def _median_ms(render, repeats: int, progress) -> float:
 
 def main(argv: list[str]) -> int:
     parser = bench_parser("raymarch", __doc__)
-    parser.add_argument("--repeats", type=int, default=3, help="warm frames per size (the median is reported)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="warm frames per size (the median is reported; default %(default)s)")
     parser.add_argument("--no-warp", action="store_true", help="time ours only")
     options = parser.parse_args(argv)
     if options.repeats < 1:

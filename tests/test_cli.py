@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from app import cli
+from app import bench_cli, cli
 from app.flags import command_parser, configure_logging
 from engine.errors import UserError
 
@@ -117,3 +117,100 @@ def test_a_module_main_commands_parser_suggests_its_own_flags_too():
         parser.parse_args(["--verbos"])
     args = parser.parse_args(["--iters", "3"])
     assert vars(args) == {"iters": 3, "verbosity": 0}  # the suggestions never reach the namespace
+
+
+# --- Every parser of the command line: the top level, each command, batch's kinds, each `bench NAME` ---
+
+def _every_parser():
+    from tests.cli_parsers import every_parser
+
+    return every_parser()
+
+
+EVERY_PROG = ["python -m app", *(f"python -m app {name}" for name in cli.SUBCOMMANDS),
+              *(f"python -m app batch {kind}" for kind in ("fit", "render", "invert")),
+              *(f"python -m app bench {name}" for name in bench_cli.BENCHMARKS)]
+_SAYS_NO_DEFAULT = (argparse._HelpAction, argparse._VersionAction, argparse._CountAction, argparse._StoreTrueAction,
+                    argparse._SubParsersAction)
+
+
+def test_every_parser_is_walked():
+    assert sorted(_every_parser()) == sorted(EVERY_PROG)
+
+
+@pytest.mark.parametrize("prog", EVERY_PROG)
+def test_every_option_of_every_parser_has_help_and_says_its_default(prog):
+    """`COMMAND --help` explains every flag, and says the default of each flag that has one (None, False or
+    empty is no default: the help says what happens without the flag, if anything)."""
+    parser = _every_parser()[prog]
+    options = [action for action in parser._actions if action.option_strings and action.help != argparse.SUPPRESS]
+    assert [a.option_strings for a in options if not (a.help or "").strip()] == [], f"flags without help in {prog}"
+    quiet = [action.option_strings[-1] for action in options if not isinstance(action, _SAYS_NO_DEFAULT)
+             and action.default not in (None, False, "", [], argparse.SUPPRESS)
+             and "default" not in action.help.lower()]
+    assert quiet == [], f"flags in {prog} whose help does not say their default"
+    parser.format_help()  # every %(default)s expands
+
+
+@pytest.mark.parametrize("prog", EVERY_PROG)
+def test_every_parser_takes_v_and_q(prog):
+    """The README: every command takes -v and -q (`invert -q`, `bench closest -q`, `batch fit -q` too)."""
+    parser = _every_parser()[prog]
+    flags = {option for action in parser._actions for option in action.option_strings}
+    assert {"-v", "--verbose", "-q", "--quiet"} <= flags, prog
+
+
+@pytest.mark.parametrize("prog", EVERY_PROG)
+def test_every_description_and_summary_is_whole(prog):
+    """A description (and the top-level listing's summary) never stops mid-sentence (batch's once did)."""
+    parser = _every_parser()[prog]
+    assert (parser.description or "").strip()[-1:] in (".", ")"), (prog, parser.description)
+    if prog == "python -m app":
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        for choice in commands._choices_actions:
+            assert choice.help.strip().endswith((".", ")")), (choice.dest, choice.help)
+
+
+def test_invert_takes_q_and_v(tmp_path):
+    from tests.cli_parsers import parse_only
+
+    try:
+        assert parse_only(["invert", "-q", "--out", str(tmp_path)]).verbosity == -1
+        assert parse_only(["invert", "--width", "64", "-v"]).verbosity == 1
+        assert parse_only(["batch", "invert", "--out", str(tmp_path), "-q"]).verbosity == -1
+        assert parse_only(["bench", "invert", "-q"]).verbosity == -1
+    finally:
+        configure_logging(0)
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["invert", "--itres", "3"], "unrecognized arguments: --itres 3: did you mean --iters?"),
+    (["batch", "fitt"], "invalid choice: 'fitt' (choose from 'fit', 'render', 'invert'): did you mean fit?"),
+    (["bench", "closest", "--repeat", "3"], "unrecognized arguments: --repeat 3: did you mean --repeats?"),
+    (["batch", "fit", "--out", "x", "--targts", "spot"],  # argparse says the missing one first: the typo is named too
+     "the following arguments are required: --targets; unrecognized --targts: did you mean --targets?"),
+])
+def test_a_mistyped_flag_of_a_main_command_is_told_the_closest_one(argv, hint, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and hint in err and err.endswith(" (see --help)\n"), err
+
+
+def test_quiet_prints_nothing_on_stderr_for_a_quick_command(tmp_path):
+    """Issue 31: with -q a healthy run says nothing on stderr; on a machine without CUDA no 'no CUDA' line
+    (that is at -v only, and in the outputs' backend record)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "app", "render", "--width", "16", "--height", "8", "--out",
+                             str(tmp_path / "r"), "-q"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert (tmp_path / "r" / "frame.png").is_file()
+
+
+def test_the_panel_flag_names_every_panel():
+    from app.ui.state import PANELS
+
+    panel = next(action for action in cli._parser()._actions if "--panel" in action.option_strings)
+    assert panel.help.endswith(f"{', '.join(PANELS[:-1])} or {PANELS[-1]}"), panel.help

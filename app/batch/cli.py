@@ -76,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     settings.add_argument("--iters", type=int, default=RECOMMENDED_ITERS, help=f"(default {RECOMMENDED_ITERS})")
     settings.add_argument("--lr", type=float, default=RECOMMENDED_LR, help=f"(default {RECOMMENDED_LR})")
     settings.add_argument("--smooth", type=float, default=None, help="(default: the recommended schedule)")
-    settings.add_argument("--smooth-end", type=float, default=None)
+    settings.add_argument("--smooth-end", type=float, default=None,
+                          help="smoothing weight at the last iteration (default: the recommended schedule)")
     settings.add_argument("--samples", type=int, default=None, help="(default: the fit's)")
     settings.add_argument("--seed", type=int, default=0, help="(default 0)")
     fit.add_argument("--report", action="store_true", help="also write OUT/report.png: quality against each swept setting")
@@ -85,11 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument("--t", default="0:1:240", metavar="START:STOP:COUNT", help="times on the timeline (default 0:1:240)")
     render.add_argument("--orbit", action="store_true", help="turn the camera once around the scene over the frames")
     render.add_argument("--frames-per-task", type=int, default=8, metavar="K", help="frames per task (default 8)")
-    render.add_argument("--width", type=int, default=2048)
-    render.add_argument("--height", type=int, default=1024)
-    render.add_argument("--azimuth", type=float, default=None)
-    render.add_argument("--elevation", type=float, default=None)
-    render.add_argument("--distance", type=float, default=None)
+    render.add_argument("--width", type=int, default=2048, help="pixels (default %(default)s)")
+    render.add_argument("--height", type=int, default=1024, help="pixels (default %(default)s)")
+    render.add_argument("--azimuth", type=float, default=None,
+                        help="camera, degrees; with --orbit the first frame's (default: render's)")
+    render.add_argument("--elevation", type=float, default=None, help="camera, degrees (default: render's)")
+    render.add_argument("--distance", type=float, default=None, help="camera distance (default: render's)")
     invert = kinds.add_parser("invert", parents=[common], help="inverse renderings: a grid of seeds, times, settings",
                               description="One `python -m app invert` (a rendered target) per grid point.")
     invert.add_argument("--grid", nargs="+", default=[], metavar="KEY=V1,V2",
