@@ -10,8 +10,9 @@ by the commands' parsers, the files written and read as they would be):
 writes it as an 8-bit sRGB PNG that says so in a text chunk; `invert --compare auto` reads
 the chunk and compares the differentiable render of the current theta with it, so the loss
 vanishes at the true pose but for the PNG's 8-bit rounding. Same start (seed), multi-start,
-recovery and goals as `pose_recovery` at its first frame; the checks read `invert.json`: the picture's own verdict
-(the image residual, no truth) must say converged, and the truth must agree. A hard-edged PNG (`render`'s default)
+recovery and goals as `pose_recovery` at its first frame, but for the loss: down to the PNG's own rounding bound
+rather than by orders; the checks read `invert.json`: the picture's own verdict (the image residual, no truth) must
+say converged, and the truth must agree. A hard-edged PNG (`render`'s default)
 does not meet them (about a degree: docs/RESULTS.md).
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.claims.pose_recovery import HEIGHT, MIN_ORDERS, PERTURB, SEED, T, WIDTH
+from app.claims.pose_recovery import HEIGHT, PERTURB, SEED, T, WIDTH
 
 
 def run(ctx) -> None:
@@ -58,6 +59,9 @@ def run(ctx) -> None:
     ctx.check(not off, f"pose recovery from a PNG, against the truth: joints within {final['joints']:.3f} deg, letter "
                        f"{final['letter']:.2g} units and {final['letter_angles']:.3f} deg, gripper "
                        f"{final['gripper'] * 1e3:.2f} mm (tolerances {TOLERANCES}) after {record['steps']} steps")
-    ctx.check(loss["orders"] >= MIN_ORDERS, f"pose recovery from a PNG: image loss {loss['start']:.2e} -> "
-                                            f"{loss['final']:.2e}, {loss['orders']:.2f} orders (goal >= "
-                                            f"{MIN_ORDERS:g}); {record['wall_s']:.0f} s on {ctx.arch}")
+    noise = verdict["image_criterion"]["target_noise"]
+    # Orders of reduction cannot be the goal here: the PNG's rounding bounds the loss any pose can reach (Huber's
+    # image loss from this start: about 2 orders above it), so the goal is to reach that bound.
+    ctx.check(loss["final"] <= noise, f"pose recovery from a PNG: image loss {loss['start']:.2e} -> "
+                                      f"{loss['final']:.2e} ({loss['orders']:.2f} orders), down to the PNG's own "
+                                      f"rounding {noise:.2e}; {record['wall_s']:.0f} s on {ctx.arch}")
