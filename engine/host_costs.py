@@ -235,6 +235,11 @@ class IterationCosts:
             return
         with count_host_costs() as costs:
             yield
+        self.add(costs)
+
+    def add(self, costs: HostCosts) -> None:
+        """Count one iteration that was counted elsewhere (a loop whose iterations are told apart only after they
+        ran, e.g. `Recovery.steps`' phases)."""
         self.launches[costs.launches] += 1
         self.syncs[costs.host_syncs] += 1
         self.examples.setdefault((costs.launches, costs.host_syncs), costs)

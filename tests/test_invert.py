@@ -84,6 +84,12 @@ def test_invert_from_a_png_the_forward_renderer_wrote(tmp_path):
                                                                  "iter_00004.png"]
     assert Image.open(out / "frames" / "iter_00004.png").size == (3 * 64, 32 + 26)  # target | current | difference
     assert (out / "progress.gif").stat().st_size > 0 and (out / "loss.png").stat().st_size > 0
+    # what each step cost the host (engine.host_costs), per kind of step; the per-iteration figures are Adam's here
+    adam = record["host_costs"]["Adam"]
+    assert set(record["host_costs"]) == {"Adam"} and adam["iterations_counted"] == 4 and adam["counted"] == "every step"
+    typical = adam["typical_iteration"]
+    assert record["launches_per_iteration"] == adam["launches_per_step"] == typical["kernels"] + typical["data_ops"] > 0
+    assert record["host_syncs_per_iteration"] == adam["host_syncs_per_step"] == sum(typical["sync_sites"].values()) >= 1
 
 
 @pytest.mark.parametrize("arch", ["cpu", "vulkan"])

@@ -55,6 +55,7 @@ import numpy as np
 
 from engine import scene_theta
 from engine.errors import UserError
+from engine.host_costs import IterationCosts, count_host_costs
 from engine.gauss_newton import (NOISE_FLOOR, Identifiability, huber_loss, huber_weights, identifiability, lm_step,
                                  pyramid_residual, residual_scale)
 from engine.render import Camera
@@ -436,6 +437,7 @@ class Recovery:
         self.current = self.start.copy()
         self.interrupted = False
         self.finished = False
+        self.host_costs: dict[str, IterationCosts] = {}  # per kind of step (the name steps() yields)
 
     # -- bookkeeping -----------------------------------------------------------------------------------
     @property
@@ -498,7 +500,13 @@ class Recovery:
         self.identify_start = self._identify(r, self.start)
         theta = self._hold_undetermined(self.identify_start, self.start)
         yield "identify"
-        for name in self._phases(r, theta):
+        phases = self._phases(r, theta)
+        while True:
+            with count_host_costs() as costs:  # a Python wrapper per launch: small beside a render's milliseconds
+                name = next(phases, None)
+            if name is None:
+                break
+            self.host_costs.setdefault(name, IterationCosts()).add(costs)
             yield name
             if stopped():
                 self.interrupted = True
@@ -724,6 +732,18 @@ class Recovery:
 
     def _image_met(self, ident: Identifiability) -> bool:
         return self.best_loss <= self.target_noise + self._image_floor(ident)[0]
+
+    def host_cost_record(self) -> dict:
+        """Launches and host syncs per step (engine.host_costs), per kind of step; the per-iteration figures are
+        the gradient method's step (the polish's, Adam's with method adam)."""
+        per_kind = {name: costs.record() for name, costs in self.host_costs.items()}
+        gradient = per_kind.get("Adam" if self.settings.method == "adam" else "Levenberg-Marquardt", {})
+        return {"launches_per_iteration": gradient.get("launches_per_iteration"),
+                "host_syncs_per_iteration": gradient.get("host_syncs_per_iteration"),
+                "host_costs": {name: {"launches_per_step": rec["launches_per_iteration"],
+                                      "host_syncs_per_step": rec["host_syncs_per_iteration"], **rec["host_costs"],
+                                      "counted": "every step"}
+                               for name, rec in per_kind.items()}}
 
     # -- the verdict -----------------------------------------------------------------------------------
     def verdict(self) -> dict:
