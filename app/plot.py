@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -15,6 +16,7 @@ from engine import atomic
 
 LOSS_LABEL = "Chamfer loss\n(mean squared distance, target half-extent = 1)"
 SIZE_IN, DPI = (8.0, 4.8), 100  # the PNG: 800x480 pixels
+TITLE_WIDTH = 90  # characters a title line holds at that width
 
 
 def write_loss_plot(stem: str | Path, losses: Sequence[float], title: str, mark: tuple[int, str] | None = None,
@@ -52,8 +54,8 @@ def write_loss_plot(stem: str | Path, losses: Sequence[float], title: str, mark:
         if mark is not None:
             axes.axvline(mark[0], color="#555555", linestyle="--", linewidth=1.0,
                          label=f"{mark[1]} at iteration {mark[0]}")
-        if curve or checks or mark is not None:
-            axes.legend(loc="best", fontsize="small")
+        if curve or checks or mark is not None:  # below the axes: inside, a long label hid the curves and the y label
+            figure.legend(*axes.get_legend_handles_labels(), loc="outside lower center", fontsize="small")
         return _finish(figure, axes, Path(stem), "iteration", ylabel, title)
 
 
@@ -86,18 +88,21 @@ def _positive(pairs) -> list[tuple[int, float]]:
 
 
 def _marks(axes, marks: Sequence[tuple[int, str]], labels: bool = True) -> None:
-    for k, (iteration, text) in enumerate(marks):
+    at: dict[int, list[str]] = {}  # phases that begin at the same iteration share one line and one label
+    for iteration, text in marks:
+        at.setdefault(iteration, []).append(text)
+    for iteration, texts in at.items():
         axes.axvline(iteration, color="#999999", linestyle=":", linewidth=1.0)
         if labels:
-            axes.annotate(text, (iteration, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
-                          va="top", ha="right", color="#555555")
+            axes.annotate("; ".join(texts), (iteration, 1.0), xycoords=("data", "axes fraction"), rotation=90,
+                          fontsize=7, va="top", ha="right", color="#555555")
 
 
 def _finish(figure, axes, stem: Path, xlabel: str, ylabel: str | None, title: str, top=None) -> list[Path]:
     axes.set_xlabel(xlabel)
     if ylabel is not None:
         axes.set_ylabel(ylabel)
-    (top or axes).set_title(title)
+    (top or axes).set_title(textwrap.fill(title, TITLE_WIDTH), fontsize="medium")
     axes.grid(True, which="major", alpha=0.4)
     axes.grid(True, which="minor", alpha=0.15)
     written = []

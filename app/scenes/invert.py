@@ -276,7 +276,7 @@ def _plots(out: Path, rec: Recovery, record: dict, arch: str) -> None:
                     ylabel="loss (linear RGB)", marks=marks, points=rec.image_losses,
                     points_label="image loss, full resolution (the verdict's)",
                     losses_label="the step's optimised loss (search: half resolution, its best so far; Adam: "
-                                 "pyramid, wide edges; LM: 2 levels; scan: full resolution)")
+                                 "pyramid, wide edges;\nLM: Huber's, 2 levels; scan: full resolution)")
     if rec.errors:
         groups = rec.settings.groups
         write_error_plot(out / "errors", group_error_series(rec.errors, groups), scene_theta.UNITS,
