@@ -233,6 +233,7 @@ def test_a_request_no_node_can_meet_is_named_with_what_there_is(cpus, gpus, node
     assert (reason is None) if expected is None else (expected in reason and "would wait forever" in reason), reason
 
 
+@pytest.mark.slow
 def test_more_cpus_per_task_than_the_machine_has_is_refused_at_once_leaving_nothing(tmp_path):
     """The embedded Ray (all this machine's CPUs) cannot run a 64-CPU task: one line in seconds, not a silent hang;
     no temp folder, no process and no output folder left. With --cpus given it is refused before Ray starts."""
@@ -256,6 +257,7 @@ def test_more_cpus_per_task_than_the_machine_has_is_refused_at_once_leaving_noth
                  str(tmp_path / "o")]) == 2 and not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_a_job_past_job_timeout_is_killed_and_the_batch_goes_on(targets, tmp_path):
     """Two jobs side by side: 4 iterations (seconds) and 1,000,000 (a quarter of an hour). With --job-timeout 30 the
     second's worker is killed 30 s after it started, its row says timed_out, the first is ok; exit 1 (a result is
@@ -375,6 +377,7 @@ def assert_the_batch_of_six(out: Path, targets: Path, singles: dict[str, Path], 
     return rows
 
 
+@pytest.mark.slow
 def test_embedded_batch_rows_outputs_and_resume(targets, singles, tmp_path):
     needs_ray()
     out, tag = tmp_path / "out", secrets.token_hex(4)
@@ -412,6 +415,7 @@ def _kill_one_running_job(tag: str, deadline_s: float) -> tuple[int, str] | None
     return None
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_retried_and_the_batch_completes(targets, singles, tmp_path):
     needs_ray()
     out, tag = tmp_path / "out", secrets.token_hex(4)
@@ -435,6 +439,7 @@ def test_a_killed_worker_is_retried_and_the_batch_completes(targets, singles, tm
     assert_none_left(tag)
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_jobs_and_marks_the_rest(targets, tmp_path):
     needs_ray()
     out, tag = tmp_path / "out", secrets.token_hex(4)
@@ -462,6 +467,7 @@ def test_ctrl_c_keeps_finished_jobs_and_marks_the_rest(targets, tmp_path):
     assert_none_left(tag)
 
 
+@pytest.mark.slow
 def test_batch_render_frames_equal_single_renders(tmp_path):
     needs_ray()
     from engine.render import Camera
@@ -515,6 +521,7 @@ def _wait_for_line(log: Path, text: str, process: subprocess.Popen, timeout_s: f
     pytest.fail(f"no '{text}' in {log} after {timeout_s} s: {log.read_text(errors='replace')[-2000:]}")
 
 
+@pytest.mark.slow
 def test_two_node_cluster_on_loopback(targets, singles, tmp_path):
     needs_ray()
     ray_bin = Path(sys.executable).with_name("ray")
@@ -556,6 +563,7 @@ def test_two_node_cluster_on_loopback(targets, singles, tmp_path):
     assert_none_left(tag)
 
 
+@pytest.mark.slow
 def test_a_cluster_that_does_not_answer_is_one_line_after_the_timeout(tmp_path):
     needs_ray()
     tag = secrets.token_hex(4)

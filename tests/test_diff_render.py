@@ -11,7 +11,7 @@ import pytest
 
 from engine.autodiff.custom import adjoint_of, custom_adjoint, custom_adjoints
 from engine.autodiff.gradcheck import finite_difference_gradient
-from tests.conftest import OTHER_ARCHS, backend_worker, fresh_worker
+from tests.conftest import CUDA, OTHER_ARCHS, backend_worker, fresh_worker
 
 ARCHS = ["cpu", *OTHER_ARCHS]
 
@@ -128,7 +128,7 @@ RENDER_COMPONENTS = [0, 1, 2, 3, 5, 8, 10, 16, 20]  # yaw, shoulder, elbow, wris
 CLOSE_VIEW = {"azimuth": 10.0, "elevation": 25.0, "distance": 3.0}
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ["cpu", pytest.param("vulkan", marks=pytest.mark.slow), CUDA])  # lavapipe: 12 s
 def test_render_gradient_matches_central_differences_of_the_whole_renderer(arch):
     from app.claims.render_gradcheck import OFFSET, relative_errors
     from app.scenes.robot_arm import theta_at

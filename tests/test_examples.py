@@ -41,7 +41,11 @@ def test_there_are_examples_and_each_has_its_expected_output():
     assert sorted(path.stem for path in EXAMPLES) == sorted(EXPECTED), "an example without its row in EXPECTED"
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.stem)
+SLOW = {"inverse_render"}  # a pose recovery on the ray-marched scene: half a minute; the quick loop runs the others
+
+
+@pytest.mark.parametrize("path", [pytest.param(path, marks=pytest.mark.slow) if path.stem in SLOW else path
+                                  for path in EXAMPLES], ids=lambda path: path.stem)
 def test_example_runs_headless_and_checks_itself(path, tmp_path):
     command = [sys.executable, str(path), "--headless", *ARGS.get(path.stem, ["--arch", "cpu"])]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)

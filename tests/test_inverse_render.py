@@ -158,6 +158,7 @@ def _record(out) -> dict:
     return json.loads((out / "invert.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_run_at_the_truth_converges_with_exit_0_and_writes_its_pictures(tmp_path):
     out = tmp_path / "truth"
     result = _invert("--t", "0.5", "--perturb", "joints=0", "--optimise", "joints", "--method", "adam", "--iters", "6",
@@ -177,6 +178,7 @@ def test_a_run_at_the_truth_converges_with_exit_0_and_writes_its_pictures(tmp_pa
     assert "tolerance 0.5 deg" in errors_svg and "joints (largest)" in errors_svg
 
 
+@pytest.mark.slow
 def test_a_stalled_run_is_not_converged_with_exit_1_naming_what_is_off(tmp_path):
     out = tmp_path / "stalled"
     result = _invert("--t", "0.3", "--seed", "4", "--method", "adam", "--iters", "3", "--starts", "1", "--lm-iters",
@@ -190,6 +192,7 @@ def test_a_stalled_run_is_not_converged_with_exit_1_naming_what_is_off(tmp_path)
     assert record["image_loss"]["final"] <= record["image_loss"]["start"]
 
 
+@pytest.mark.slow
 def test_a_diverging_run_is_diverged_with_exit_1_and_keeps_its_best_iterate(tmp_path):
     out = tmp_path / "diverged"
     result = _invert("--t", "0.5", "--method", "adam", "--lr", "1e6", "--iters", "20", "--starts", "1", "--lm-iters",
@@ -203,6 +206,7 @@ def test_a_diverging_run_is_diverged_with_exit_1_and_keeps_its_best_iterate(tmp_
     assert max(abs(p["final"] - p["start"]) for p in record["parameters"].values()) < 1e3  # not the flung iterate
 
 
+@pytest.mark.slow
 def test_a_letter_out_of_view_is_unidentifiable_held_at_its_start_and_left_out_of_the_verdict(tmp_path):
     out = tmp_path / "out_of_view"
     result = _invert("--t", "0.1", "--set", "tile_x=60", "--perturb", "joints=0,letter=0.2", "--optimise",

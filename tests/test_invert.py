@@ -57,6 +57,7 @@ def test_a_bad_target_image_is_one_error_line(tmp_path):
                     "is 20x10; the view is 64x32")
 
 
+@pytest.mark.slow
 def test_invert_from_a_png_the_forward_renderer_wrote(tmp_path):
     """The user's path: `render` writes a PNG, `invert` fits it (a few steps here, so it does not converge and
     says so with exit 1: the recovery itself is measured by the pose_recovery claim and `bench invert_sweep`)."""
@@ -92,6 +93,7 @@ def test_invert_from_a_png_the_forward_renderer_wrote(tmp_path):
     assert record["host_syncs_per_iteration"] == adam["host_syncs_per_step"] == sum(typical["sync_sites"].values()) >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["cpu", "vulkan"])
 def test_invert_from_a_soft_edged_png_compares_the_differentiable_image(tmp_path, arch):
     """`render --edges soft` writes the differentiable render's image and says so in the PNG; `invert --compare auto`
@@ -153,6 +155,7 @@ def test_parameter_flags_parse_in_display_units():
 # fields' SNode ids: 1-thread tasks compiled every kernel of the renderer again, cold, one copy in each of the two
 # workers side by side (135 s of a cold suite). Tasks with Taichi's default thread count (this machine's CPUs, what
 # a single run uses) load them instead; `--cpus` twice that keeps two jobs running at once.
+@pytest.mark.slow
 def test_batch_invert_rows_and_files_equal_single_inversions(tmp_path):
     """Two seeds through Ray, each job's invert.json equal to a single `python -m app invert` (wall time aside)."""
     needs_ray()
@@ -182,6 +185,7 @@ def test_batch_invert_rows_and_files_equal_single_inversions(tmp_path):
     assert_none_left(tag)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["cpu", "vulkan"])
 def test_multi_start_fits_the_lowest_loss_start_and_one_start_is_the_single_fit(tmp_path, arch):
     """`--starts 3`: three short runs from the start with yaw moved 0, +15, -15 degrees; the Adam phase continues

@@ -668,7 +668,14 @@ SUBPROCESS_CASES = [case_unreadable_mesh, case_read_only_out, case_fit_diverges,
                     case_app_ctrl_c, case_app_frames_ctrl_c_after_warm_up]
 
 
-@pytest.mark.parametrize("case", SUBPROCESS_CASES, ids=[case.__name__[5:] for case in SUBPROCESS_CASES])
+# slow: each waits out the app's warm-up, a signal or a limit, or runs a fit (2 s to over a minute); the quick loop keeps the rest
+SLOW_CASES = {case_app_frames_ctrl_c_after_warm_up, case_app_ctrl_c, case_app_backend_never_starts,
+              case_fit_ends_worse, case_fit_sigint_keeps_its_work, case_file_size_limit, case_disk_fills_during_the_run,
+              case_leftovers_of_other_runs_are_cleared}
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case in SLOW_CASES else case
+                                  for case in SUBPROCESS_CASES], ids=[case.__name__[5:] for case in SUBPROCESS_CASES])
 def test_misuse_in_a_real_process(case, tmp_path):
     case(tmp_path)
 
@@ -699,7 +706,8 @@ def misuse_claims(monkeypatch):
 
 @pytest.mark.parametrize("claim, words", [
     ("crashes", "ZeroDivisionError: a bug in a claim"),
-    ("worker_stopped", "was stopped (SIGSTOP?) for 2 s during computation tests.worker_faults:hang"),
+    pytest.param("worker_stopped", "was stopped (SIGSTOP?) for 2 s during computation tests.worker_faults:hang",
+                 marks=pytest.mark.slow),
     ("worker_killed", "died during computation tests.worker_faults:hang (killed by SIGKILL)"),
 ])
 def test_a_crash_in_a_claim_or_its_worker_is_exit_3_with_the_traceback_in_the_report(
@@ -716,6 +724,7 @@ def test_a_crash_in_a_claim_or_its_worker_is_exit_3_with_the_traceback_in_the_re
     assert Path(record["crash_log"]).read_text().count("Traceback") >= 1
 
 
+@pytest.mark.slow
 def test_a_wedged_worker_is_reported_at_its_idle_limit(monkeypatch):
     from engine import worker as worker_module
 
@@ -727,6 +736,7 @@ def test_a_wedged_worker_is_reported_at_its_idle_limit(monkeypatch):
         assert time.monotonic() - started < 6 and not worker.alive
 
 
+@pytest.mark.slow
 def test_a_worker_killed_and_closed_from_many_threads_mid_call_raises_nothing():
     """The GUI's close killed a worker whose link thread was in a call: closing the pipe under that thread (or twice,
     from two threads) raised `OSError: [Errno 9] Bad file descriptor` (exit code 3 under load). Now the caller gets

@@ -2,6 +2,7 @@
 a cpu worker of this module's own (the inverse render's recovery: there the differentiable renderer's fields are
 the first, so its kernels load from Taichi's cache instead of compiling)."""
 import numpy as np
+import pytest
 
 from app.ui import services
 
@@ -78,6 +79,7 @@ def short_recovery(gradients: bool, image_every_s: float = 1e9) -> dict:
             "wrong_images": np.int64(wrong), "checked_images": np.int64(checked)}
 
 
+@pytest.mark.slow
 def test_the_panel_runs_the_recovery_to_its_verdict_and_the_view_shows_it():
     from app.ui.controller import Controller
     from app.ui.state import AppState
@@ -121,6 +123,7 @@ def test_the_panel_runs_the_recovery_to_its_verdict_and_the_view_shows_it():
     np.testing.assert_allclose(view.current, final["current"])
 
 
+@pytest.mark.slow
 def test_render_gradient_evaluations_and_images_leave_the_recovery_as_it_was():
     # invert_gradient re-targets the shared renderer (view, weights, theta) and the images re-render it: both put
     # back what the running phase needs, and an image taken from a step's own check is the image at that step
