@@ -59,6 +59,11 @@ class HostCosts:
     def launches(self) -> int:
         return self.kernels + self.data_ops
 
+    def sync(self, site: str) -> None:
+        """Count one wait for the device, asked for at `site`."""
+        self.host_syncs += 1
+        self.sync_sites[site] += 1
+
     def as_record(self) -> dict:
         """A JSON-ready summary: the three counts, the launches, and where the syncs and launches came from."""
         return {"launches": self.launches, "kernels": self.kernels, "data_ops": self.data_ops,
@@ -94,8 +99,7 @@ def _kernel(name: str, args: Any) -> None:
         costs.kernels += 1
         costs.kernel_names[name] += 1
         if site:
-            costs.host_syncs += 1
-            costs.sync_sites[site] += 1
+            costs.sync(site)
 
 
 def _wrap_native_call(original):
@@ -141,8 +145,7 @@ def _wrap_taichi(original, owner: str, method: str, syncs: bool):
             costs.data_ops += 1
             costs.data_op_names[what] += 1
             if site:
-                costs.host_syncs += 1
-                costs.sync_sites[site] += 1
+                costs.sync(site)
         _depth[0] += 1
         try:
             return original(*args, **kwargs)
@@ -157,8 +160,7 @@ def _wrap_sync(original):
         if not _depth[0]:
             site = _site("ti.sync")
             for costs in _active:
-                costs.host_syncs += 1
-                costs.sync_sites[site] += 1
+                costs.sync(site)
         return original(*args, **kwargs)
     return counted
 
