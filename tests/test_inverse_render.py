@@ -153,6 +153,74 @@ def test_a_scan_finds_an_offset_on_its_grid_and_the_search_never_ends_worse_than
     assert np.array_equal(rec.best_theta, truth) and rec.verdict()["status"] == "converged"
 
 
+# ---- the pixels the render does not differentiate -------------------------------------------------------
+class _StepImage:
+    """A renderer stand-in: a smooth ramp in theta[0] (its Jacobian exact) plus a hard edge at column
+    EDGE + theta[0] * SPEED that no Jacobian sees, as a material seam or a contact is in the real render."""
+    EDGE, SPEED, H, W = 10, 460.0, 4, 24  # SPEED: columns per radian; a probe (0.25 of 0.5 deg) moves it 1 column
+
+    def set_loss(self, *args) -> None:
+        pass
+
+    def set_theta(self, theta) -> None:
+        self.theta = np.array(theta, np.float64)
+
+    def render(self) -> np.ndarray:
+        col = np.arange(self.W)[None, :, None] * np.ones((self.H, 1, 3))
+        edge = self.EDGE + self.theta[0] * self.SPEED
+        return (0.1 * self.theta[0] + 0.3 * (col < edge)).astype(np.float32)
+
+    def jacobian(self) -> np.ndarray:
+        jac = np.zeros((self.H, self.W, 3, len(self.theta)))
+        jac[..., 0] = 0.1
+        return jac
+
+
+def test_unpredicted_pixels_are_the_edge_a_probe_moves_dilated_by_one_pixel_and_nothing_smooth():
+    from app.scenes.inverse_render import PROBE, tolerance_scale, unpredicted_pixels
+    from engine import scene_theta
+
+    r = _StepImage()
+    theta = np.zeros(len(scene_theta.NAMES))
+    theta[0] = 0.5 / r.SPEED  # the edge half a column right of column 10's centre line
+    assert abs(PROBE * tolerance_scale(theta)[0] * r.SPEED - 1.0) < 0.01  # a probe moves the edge one column
+    r.set_theta(theta)
+    mask = unpredicted_pixels(r, theta, r.render(), r.jacobian(), np.array([0]))
+    # probes move the edge (x = 10.5) to 11.5 and 9.5: columns 10 and 11 flip; dilated: 9..12, every row
+    assert mask.all(axis=0).tolist() == [c in (9, 10, 11, 12) for c in range(r.W)] and mask.any(axis=0).sum() == 4
+    assert np.array_equal(r.theta, theta)
+    # a parameter the image does not depend on flags nothing
+    assert not unpredicted_pixels(r, theta, r.render(), r.jacobian(), np.array([1])).any()
+
+
+@pytest.mark.slow
+def test_outside_the_unpredicted_pixels_the_real_renders_jacobian_predicts_a_small_move():
+    """The real render at t = 0.5 (the arm holding the tile: contacts, seams): wherever `unpredicted_pixels` does
+    not flag, a move of every free parameter by a tenth of a tolerance (random signs) is what the Jacobian says,
+    within the same LINEAR_MISS; a few hundred pixels are flagged, not the image."""
+    from app.scenes.inverse_render import (LINEAR_MISS, optimised_indices, plain_image, render_target, renderer,
+                                           tolerance_scale, unpredicted_pixels)
+    from app.scenes.robot_arm import theta_at
+    from engine import backend
+    from engine.render import Camera
+
+    backend.init("cpu")
+    theta = theta_at(0.5)
+    r = renderer()
+    r.set_view(Camera(), 128, 64)
+    image = render_target(theta, 128, 64)
+    r.set_theta(theta)
+    _, jac = r.image_jacobian()
+    free = optimised_indices(("joints", "gripper", "letter", "letter_angles"))
+    mask = unpredicted_pixels(r, theta, image, jac, free)
+    assert 0 < mask.sum() < 0.1 * mask.size
+    step = np.zeros_like(theta)
+    step[free] = 0.1 * tolerance_scale(theta)[free] * np.random.default_rng(0).choice([-1.0, 1.0], len(free))
+    miss = np.abs(plain_image(r, theta + step) - (image + jac @ step)).max(axis=2)
+    assert miss[~mask].max() <= LINEAR_MISS, float(miss[~mask].max())
+    assert miss.max() > 10 * LINEAR_MISS  # the flagged pixels do jump: the linearisation misses them
+
+
 # ---- the verdict of real runs -----------------------------------------------------------------------
 def _record(out) -> dict:
     return json.loads((out / "invert.json").read_text())
