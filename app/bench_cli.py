@@ -17,7 +17,8 @@ BENCHMARKS: dict[str, str] = {  # name -> "module:function"
 }
 NEEDS_DISPLAY = {"gui_fps"}  # left out of `all`, which must run on a headless GPU machine
 NEEDS_RAY = {"batch"}  # left out of `all` too: the GPU check's wheels carry no Ray (the `batch` extra)
-CPU_PEER = {"invert", "invert_sweep"}  # left out of `all` too: a CPU-only comparison (Dr.Jit LLVM), minutes of compiles and children
+# left out of `all` too: a CPU-only comparison (Dr.Jit LLVM), minutes of compiles and children
+CPU_PEER = {"invert", "invert_sweep"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     status = 0
-    for each in [each for each in BENCHMARKS if each not in NEEDS_DISPLAY | NEEDS_RAY | CPU_PEER] if args.name == "all" else [args.name]:
+    skipped = NEEDS_DISPLAY | NEEDS_RAY | CPU_PEER
+    for each in [each for each in BENCHMARKS if each not in skipped] if args.name == "all" else [args.name]:
         module, function = BENCHMARKS[each].split(":")
         status |= getattr(importlib.import_module(module), function)(args.flags)
     return status

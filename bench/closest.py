@@ -300,7 +300,8 @@ def tables(result: dict, arch: str, repeats: int) -> str:
         lines.append("max distance error vs libigl (x diagonal): " + ", ".join(f"{k} {v:.2g}" for k, v in worst.items())
                      + f"; ours vs brute force (distance, x diagonal): {max(c['brute_err'] for c in cells):.2g}")
     if ratio_to:
-        lines += ["", "| mesh, queries | ours / fcpw-simd (" + " / ".join(f"{n:,}" for n in sorted({c['n'] for c in result['cells']})) + ") |",
+        sizes = " / ".join(f"{n:,}" for n in sorted({c['n'] for c in result['cells']}))
+        lines += ["", "| mesh, queries | ours / fcpw-simd (" + sizes + ") |",
                   "|---|---|"]
         for (mesh, dist), cells in by_case.items():
             lines.append(f"| {mesh} ({cells[0]['faces']:,}), {dist} | "

@@ -334,7 +334,8 @@ def main(argv: list[str]) -> int:
                           for size, f in firsts)]
     if checks:
         lines += ["", f"agreement before timing (tolerances: image >= {IMAGE_MIN_SHARE * 100:g}% of pixels within "
-                      f"{IMAGE_ATOL:g} and <= {IMAGE_MAX_FAR_SHARE * 100:g}% off by more than {IMAGE_FAR:g}; loss rel <= {LOSS_RTOL:g}; gradient of the "
+                      f"{IMAGE_ATOL:g} and <= {IMAGE_MAX_FAR_SHARE * 100:g}% off by more than {IMAGE_FAR:g}; "
+                      f"loss rel <= {LOSS_RTOL:g}; gradient of the "
                       f"loss over the pixels where both images agree within {PIXEL_AGREE:g} (and their neighbours) "
                       f"rel <= {GRAD_RTOL:g} per component farther than {BAND_PX} pixels from a silhouette, "
                       f"<= {BAND_GRAD_RTOL:g} nearer, "

@@ -34,7 +34,6 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
-import numpy as np
 
 from bench import bench_parser, emit, machine_load
 from engine.errors import UserError
@@ -159,7 +158,10 @@ def measure(arch: str, launches: int, repeats: int = 3, use_warp: bool = True, p
                 if progress:
                     progress.update(1)
             us = 1e6 / launches
-            median = (lambda times: statistics.median(times) * us if times else None)
+
+            def median(times: list[float]) -> float | None:
+                return statistics.median(times) * us if times else None
+
             cells.append(Cell(shape, form, median(native_times), median(plain_times), median(warp_times),
                               median(recorded_times), median(changing_times)))
     return cells

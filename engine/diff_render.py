@@ -498,7 +498,7 @@ def edge_mask(r: DiffRenderer) -> np.ndarray:
 
 
 def fd_step(index: int) -> float:
-    from engine.scene_theta import GROUPS, group_of
+    from engine.scene_theta import group_of
 
     group = group_of(index)
     return FD_STEPS["albedo"] if group == "albedo" else FD_STEPS["position"] if group in ("gripper", "letter") \

@@ -5,7 +5,8 @@ every joint by 15-20 degrees (seeded). `Recovery` (app.scenes.inverse_render) fi
 image Jacobian which joints the picture determines, then searches the basin with CMA-ES on the
 half-resolution image and polishes with Gauss-Newton (Levenberg-Marquardt) steps on the exact Jacobian
 (the march untaped, hit points corrected by a taped Newton step, silhouettes by a soft coverage, the
-kinematics on the device); its verdict says whether every determined joint is within 0.5 degrees. `python -m app invert` is the full command.
+kinematics on the device); its verdict says whether every determined joint is within 0.5 degrees.
+`python -m app invert` is the full command.
 
     python examples/inverse_render.py                   # then a window shows target | current | |difference|
     python examples/inverse_render.py --t 0.5 --arch vulkan --headless

@@ -274,7 +274,7 @@ def test_a_job_past_job_timeout_is_killed_and_the_batch_goes_on(targets, tmp_pat
     assert quick["status"] == "ok" and quick["iterations"] == 4, quick
     assert hung["status"] == "timed_out" and isinstance(hung["pid"], int) and hung["node"], hung
     assert hung["error"] == f"stopped after --job-timeout 30 s (its worker, pid {hung['pid']}, was killed)"
-    assert f"timed_out egg/iters1000000: stopped after --job-timeout 30 s" in result.stdout
+    assert "timed_out egg/iters1000000: stopped after --job-timeout 30 s" in result.stdout
     assert json.loads((out / "batch.json").read_text())["counts"]["timed_out"] == 1
     assert {p.name for p in (out / "jobs" / "egg" / "iters1000000").iterdir()} == {"job.json"}
     assert (out / "jobs" / "egg" / "iters4" / "fit.json").is_file()
@@ -337,7 +337,8 @@ def singles(targets, tmp_path_factory) -> dict[str, Path]:
     """Single `fit` runs of four of the batch's jobs (two targets, both settings), in one process."""
     out = tmp_path_factory.mktemp("singles")
     commands = {f"{stem}/lr{lr}": ["--target", str(targets / f"{stem}.obj"), "--subdiv", "1", "--iters", "4", "--lr",
-                                   str(lr), "--samples", "256", "--seed", "0", "--arch", "cpu", "--out", str(out / stem / str(lr))]
+                                   str(lr), "--samples", "256", "--seed", "0", "--arch", "cpu",
+                                   "--out", str(out / stem / str(lr))]
                 for stem in ("egg", "ring") for lr in (0.02, 0.05)}
     code = ("import json, sys; from app.cli import main; from engine import backend\n"
             "for argv in json.loads(sys.argv[1]):\n    assert main(['fit', *argv]) == 0\n    backend.stop()\n")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 try:
-    from bench import drjit_render
+    from bench import drjit_render  # noqa: F401 (imported to learn whether drjit and its LLVM load)
 except ImportError as exc:  # drjit not installed, or no usable libLLVM
     pytest.skip(f"the Dr.Jit port needs drjit with an LLVM >= 16: {exc}", allow_module_level=True)
 

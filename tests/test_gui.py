@@ -591,7 +591,8 @@ def test_cli_does_not_import_imgui():
 def test_ui_process_does_not_import_taichi():
     # a kernel launched in the UI process would freeze the window (Taichi holds the GIL): see app.ui.links
     code = ("import app.ui.app, app.ui.controller, app.ui.gl, app.ui.menus, app.ui.layout\n"
-            "from app.ui.panels import file_dialog, invert_panel as invert, parity_panel as parity, raymarch_panel as raymarch, fit_panel as shape_fit, status_panel as status, tape_panel as tape")
+            "from app.ui.panels import file_dialog, invert_panel as invert, parity_panel as parity, "
+            "raymarch_panel as raymarch, fit_panel as shape_fit, status_panel as status, tape_panel as tape")
     assert _modules_loaded(code, ("imgui_bundle", "taichi")) == [True, False]
 
 

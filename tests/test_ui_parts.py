@@ -173,7 +173,8 @@ def _invert_snapshot(first: int, steps: int, *, images: bool = False, done: bool
     """An app.ui.services._invert_snapshot of steps first .. first + steps - 1 of a recovery (no worker)."""
     groups = ("joints", "gripper", "letter", "letter_angles")
     snapshot = {
-        "names": np.array(["yaw"]), "name_groups": np.array(["joints"]), "units": np.array(["deg"]), "true": np.array([1.0]), "start": np.array([2.0]),
+        "names": np.array(["yaw"]), "name_groups": np.array(["joints"]), "units": np.array(["deg"]),
+        "true": np.array([1.0]), "start": np.array([2.0]),
         "current": np.array([1.5]), "errors": {g: np.float64(0.5) for g in groups},
         "steps_from": np.int64(first), "losses": np.arange(first, first + steps, dtype=np.float64) + 1.0,
         "groups": np.array(groups), "group_units": np.array(["deg", "m", "units", "deg"]),

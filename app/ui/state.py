@@ -16,7 +16,7 @@ import numpy as np
 
 from app.claims.thresholds import PIXEL_ATOL
 from app.scenes.fit_settings import RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END
-from app.scenes.fit_settings import TARGETS as FIT_TARGETS  # built-in targets; any mesh file may be opened too
+
 PANELS = ("raymarch", "fit", "parity", "tape", "invert")  # the dockable panels, by --panel name
 UI_SCALES = (0.8, 2.0)  # the range of the View menu's UI scale (font size relative to the default)
 
@@ -87,7 +87,7 @@ class RaymarchView:
 class FitView:
     """The shape-fit panel: settings, run control, progress and the meshes."""
 
-    target: str = "spot"  # one of FIT_TARGETS or a mesh file path
+    target: str = "spot"  # one of app.scenes.fit_settings.TARGETS (built in) or a mesh file path
     path_input: str = ""  # the path typed (or picked) for "Open"
     subdiv: int = 3
     lr: float = RECOMMENDED_LR  # the settings measured best on the real targets (app.scenes.fit_settings)

@@ -19,12 +19,13 @@ import numpy as np
 from imgui_bundle import imgui, implot
 
 from app.scenes.fit_settings import MAX_SUBDIV, RECOMMENDED_ITERS
+from app.scenes.fit_settings import TARGETS as FIT_TARGETS
 from app.ui import colours
 from app.ui.gl import MESH_FOV_Y, Gfx
 from app.ui.layout import flow, labelled_width
 from app.ui.panels import file_dialog
 from app.ui.panels.run_controls import run_buttons, run_caption
-from app.ui.state import FIT_HOME, FIT_TARGETS, AppState, Command, reset_command
+from app.ui.state import FIT_HOME, AppState, Command, reset_command
 
 MAX_ITERATIONS = 100_000
 FRAME_MARGIN = 1.08  # the framed meshes keep this much room around their bounding sphere
