@@ -303,7 +303,12 @@ def image_loss(r, theta: np.ndarray, target: np.ndarray) -> float:
     """The recovery's image loss: Huber's (`HUBER`) on the plain full-resolution image (1-pixel silhouettes) of
     renderer `r` at theta against `target`, a mean over the 3 W H values (so the L2 image loss where every
     difference is below the threshold); r's theta is left at `theta`, its loss settings at the plain loss."""
-    res, _ = pyramid_residual(plain_image(r, theta), target, None, (0,))
+    return loss_of_image(plain_image(r, theta), target)
+
+
+def loss_of_image(image: np.ndarray, target: np.ndarray) -> float:
+    """`image_loss` of an image already rendered (`plain_image`)."""
+    res, _ = pyramid_residual(image, target, None, (0,))
     return huber_loss(res, residual_scale(target.shape, (0,)), HUBER) if np.all(np.isfinite(res)) else math.inf
 
 
@@ -764,11 +769,12 @@ class Recovery:
                 return res, jf
             return res[entries], None if jf is None else jf[entries]
 
-        def objective(th: np.ndarray) -> float:
-            res, _ = residual(plain_image(r, th), None)
-            return huber_loss(res, scale, threshold) if np.all(np.isfinite(res)) else math.inf
+        def objective(th: np.ndarray) -> tuple[float, np.ndarray]:
+            image = plain_image(r, th)
+            res, _ = residual(image, None)
+            return (huber_loss(res, scale, threshold) if np.all(np.isfinite(res)) else math.inf), image
 
-        damping, current = 1e-3, objective(theta)
+        damping, current = 1e-3, objective(theta)[0]
         while state.taken < self.settings.lm_iterations:
             r.set_theta(theta)
             image, jac = r.image_jacobian()
@@ -779,10 +785,10 @@ class Recovery:
                 step = lm_step(jf * w[:, None], res * w, damping)
                 trial = np.array(theta)
                 trial[free] = np.clip(trial[free] + step, lo[free], hi[free])
-                value = objective(trial)
+                value, image = objective(trial)
                 if value < current:
                     state.last_step = np.abs(trial - theta)[free] / tolerance_scale(theta)[free]
-                    theta, current, improved = trial, value, True
+                    theta, current, improved, accepted = trial, value, True, image
                     damping = max(damping / 3.0, 1e-7)
                     break
                 damping *= 4.0
@@ -790,7 +796,7 @@ class Recovery:
                 break
             state.taken += 1
             self._record(current, theta)
-            self._check(r, theta)
+            self._check(r, theta, value=loss_of_image(accepted, self.target))
             yield "Levenberg-Marquardt"
             if state.last_step.max() < 1e-3:  # steps of a thousandth of a tolerance: this stage is done
                 break
