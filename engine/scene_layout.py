@@ -27,10 +27,31 @@ SHOULDER = (0.0, 1.0)  # shoulder axis in the arm plane (forward, height)
 UPPER, FORE = 0.9, 0.8  # link lengths
 TCP_OFFSET = 0.26  # wrist joint to the tool centre point (between the fingertips)
 
-# ---- theta layout (engine.scene_theta names the slices) ----
-T_YAW, T_SHOULDER, T_ELBOW, T_WRIST, T_GRIP = range(5)
-T_TILE_POS = 5  # x, y, z
-T_TILE_YAW, T_TILE_TILT = 8, 9
-T_PAINT, T_TILE, T_LETTER = 10, 13, 16  # RGB each
-T_SUN_AZIMUTH, T_SUN_ELEVATION = 19, 20
-N_THETA = 21
+# ---- theta: the scene's parameters, one table (engine.scene_theta adds units, bounds, perturbations) ----
+# (name, group, geometric), in theta's order. A geometric component moves a surface: the scene SDF reads it.
+# Those come first, N_GEOMETRIC of them: the differentiable render keeps the SDF's Jacobian for theta's leading
+# N_GEOMETRIC components only (engine.kernels.raymarch_grad), so a geometric component listed after a shading
+# one would get a silently zero gradient; the assertion below refuses that order. A group's components are
+# contiguous, and the kernels read a vector (the tile's position, an albedo) as consecutive components.
+THETA = (
+    ("yaw", "joints", True), ("shoulder", "joints", True), ("elbow", "joints", True), ("wrist", "joints", True),
+    ("grip", "gripper", True),
+    ("tile_x", "letter", True), ("tile_y", "letter", True), ("tile_z", "letter", True),
+    ("tile_yaw", "letter_angles", True), ("tile_tilt", "letter_angles", True),
+    ("paint_r", "albedo", False), ("paint_g", "albedo", False), ("paint_b", "albedo", False),
+    ("tile_r", "albedo", False), ("tile_g", "albedo", False), ("tile_b", "albedo", False),
+    ("letter_r", "albedo", False), ("letter_g", "albedo", False), ("letter_b", "albedo", False),
+    ("sun_azimuth", "sun", False), ("sun_elevation", "sun", False),
+)
+_INDEX = {name: i for i, (name, _, _) in enumerate(THETA)}
+T_YAW, T_SHOULDER, T_ELBOW, T_WRIST, T_GRIP = (_INDEX[n] for n in ("yaw", "shoulder", "elbow", "wrist", "grip"))
+T_TILE_POS = _INDEX["tile_x"]  # x, y, z
+T_TILE_YAW, T_TILE_TILT = _INDEX["tile_yaw"], _INDEX["tile_tilt"]
+T_PAINT, T_TILE, T_LETTER = _INDEX["paint_r"], _INDEX["tile_r"], _INDEX["letter_r"]  # RGB each
+T_SUN_AZIMUTH, T_SUN_ELEVATION = _INDEX["sun_azimuth"], _INDEX["sun_elevation"]
+N_THETA = len(THETA)
+N_GEOMETRIC = sum(geometric for _, _, geometric in THETA)
+assert all(geometric for _, _, geometric in THETA[:N_GEOMETRIC]), "theta: geometric components first"
+_VECTORS = (("tile_x", "tile_y", "tile_z"), ("paint_r", "paint_g", "paint_b"), ("tile_r", "tile_g", "tile_b"),
+            ("letter_r", "letter_g", "letter_b"))
+assert all(_INDEX[v[k]] == _INDEX[v[0]] + k for v in _VECTORS for k in range(3)), "theta: a vector's components in order"

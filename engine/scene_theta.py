@@ -1,6 +1,7 @@
 """The scene parameter vector theta on the host: names, groups, units, perturbations, errors.
 
-Layout and device kinematics: `engine.kernels.kinematics` (`T_*`, `N_THETA`). Groups:
+The components, their order and groups: `engine.scene_layout.THETA` (the one table; `T_*`, `N_THETA`
+derive from it); device kinematics: `engine.kernels.kinematics`. Groups:
 
 | group | components | unit | default perturbation |
 |---|---|---|---|
@@ -28,20 +29,20 @@ import numpy as np
 from engine.errors import UserError
 from engine import scene_layout as layout
 
-NAMES: tuple[str, ...] = (
-    "yaw", "shoulder", "elbow", "wrist", "grip",
-    "tile_x", "tile_y", "tile_z", "tile_yaw", "tile_tilt",
-    "paint_r", "paint_g", "paint_b", "tile_r", "tile_g", "tile_b", "letter_r", "letter_g", "letter_b",
-    "sun_azimuth", "sun_elevation",
-)
-GROUPS: dict[str, slice] = {
-    "joints": slice(layout.T_YAW, layout.T_GRIP),
-    "gripper": slice(layout.T_GRIP, layout.T_GRIP + 1),
-    "letter": slice(layout.T_TILE_POS, layout.T_TILE_POS + 3),
-    "letter_angles": slice(layout.T_TILE_YAW, layout.T_TILE_TILT + 1),
-    "albedo": slice(layout.T_PAINT, layout.T_LETTER + 3),
-    "sun": slice(layout.T_SUN_AZIMUTH, layout.T_SUN_ELEVATION + 1),
-}
+NAMES: tuple[str, ...] = tuple(name for name, _, _ in layout.THETA)
+
+
+def _group_slices() -> dict[str, slice]:
+    """Each group's components, from engine.scene_layout.THETA (a group's components are contiguous there)."""
+    out = {}
+    for group in dict.fromkeys(g for _, g, _ in layout.THETA):
+        at = [i for i, (_, g, _) in enumerate(layout.THETA) if g == group]
+        assert at == list(range(at[0], at[-1] + 1)), f"theta: group {group} is not contiguous"
+        out[group] = slice(at[0], at[-1] + 1)
+    return out
+
+
+GROUPS: dict[str, slice] = _group_slices()
 ANGLE_GROUPS = ("joints", "letter_angles", "sun")  # radians inside, degrees in flags and reports
 UNITS = {"joints": "deg", "gripper": "m", "letter": "units", "letter_angles": "deg", "albedo": "relative",
          "sun": "deg"}

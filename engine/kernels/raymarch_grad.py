@@ -60,7 +60,7 @@ from engine.kernels.kinematics import scene_from_theta, theta_of, theta_row
 from engine.kernels.raymarch import (M_BOUND, NORMAL_EPS, SHADOW_STEPS, SCENE_TOP, March, Scene, ambient_occlusion,
                                      fog, lerp, light, load_scene, march_pair, primary_ray, scene_sdf, sky,
                                      tap_distance, tap_normal, tap_sign, tone_map, with_tap)
-from engine.scene_layout import T_PAINT
+from engine.scene_layout import N_GEOMETRIC
 
 vec2 = ti.math.vec2
 vec3 = ti.math.vec3
@@ -68,7 +68,7 @@ vec3 = ti.math.vec3
 N_LAYERS = 3  # slot layers per pixel: the hit, then two edge layers
 N_SAMPLES = 6  # held sample points per slot: the shaded point, four normal taps, the shadow point
 S_POINT, S_TAP0, S_SHADOW = 0, 1, 5
-N_GEO = T_PAINT  # theta's leading components (joints, gripper, tile pose): the only ones the scene SDF depends on
+N_GEO = N_GEOMETRIC  # theta's leading, geometric components (scene_layout.THETA): the only ones the SDF reads
 N_CAM = 13  # camera values: position, right, up, forward (3 each, `raymarch.P_CAM_*` layout), pixel size
 GOLDEN_STEPS = 16  # golden-section steps refining a closest approach (bracket x 0.618^16 = 4.6e-4)
 GOLDEN = 0.6180339887498949
