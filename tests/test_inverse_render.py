@@ -222,6 +222,41 @@ def test_outside_the_unpredicted_pixels_the_real_renders_jacobian_predicts_a_sma
 
 
 # ---- the verdict of real runs -----------------------------------------------------------------------
+def _ident(determined: list[bool]):
+    from engine.gauss_newton import Identifiability
+
+    k = len(determined)
+    value = np.where(determined, 1.0, 0.0)
+    return Identifiability(sensitivity=value, alone=value, determined=np.array(determined), eigenvalues=np.zeros(k),
+                           floor=0.5, robust=value)
+
+
+@pytest.mark.parametrize("truth_shows_it", [True, False])
+def test_a_parameter_the_result_hides_is_judged_where_the_target_shows_it(truth_shows_it):
+    """The letter's x 50 tolerances off, at a result whose picture no longer determines it (moved out of view):
+    where the target (the truth's picture) shows it, the verdict says not converged and names it; where neither
+    shows it, it is unidentifiable and the run converged."""
+    from app.scenes.inverse_render import InvertSettings, Recovery, verdict_line
+    from app.scenes.robot_arm import theta_at
+    from engine import scene_theta
+
+    truth = theta_at(0.1)
+    rec = Recovery(np.zeros((32, 64, 3)), truth, truth, 64, 32, settings=InvertSettings(groups=("letter",)))
+    x = scene_theta.NAMES.index("tile_x")
+    rec.best_theta = truth.copy()
+    rec.best_theta[x] += 0.5
+    rec.best_loss, rec.start_loss, rec.finished = 0.0, 1.0, True
+    rec.identify_start = rec.identify_final = _ident([False, True, True])  # tile_x, tile_y, tile_z
+    rec.identify_truth = _ident([truth_shows_it, True, True])
+    verdict = rec.verdict()
+    if truth_shows_it:
+        assert verdict["status"] == "not_converged" and verdict["off"] == {"tile_x": pytest.approx(0.5)}
+        assert verdict["unidentifiable"] == [] and "tile_x off by 0.5 units" in verdict_line(verdict)
+    else:
+        assert verdict["status"] == "converged" and verdict["unidentifiable"] == ["tile_x"]
+        assert verdict_line(verdict) == "CONVERGED; unidentifiable (not shown by the target): tile_x"
+
+
 def _record(out) -> dict:
     return json.loads((out / "invert.json").read_text())
 

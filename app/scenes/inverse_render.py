@@ -478,6 +478,7 @@ class Recovery:
         self.start_loss = math.nan
         self.identify_start: Identifiability | None = None
         self.identify_final: Identifiability | None = None
+        self.identify_truth: Identifiability | None = None  # at the truth, when known: what the target shows
         self.multistart: dict = {"starts": 1}
         self.search_record: dict = {"evaluations": 0}
         self.lm_record: dict = {"steps": 0}
@@ -562,6 +563,8 @@ class Recovery:
                 break
         if not self.interrupted and self._identified_at is not self.best_theta:
             self.identify_final = self._identify(r, self.best_theta)
+        if not self.interrupted and self.truth is not None:
+            self.identify_truth = self._identify(r, self.truth)
         r.set_theta(self.best_theta)
         self.finished = True
 
@@ -834,6 +837,10 @@ class Recovery:
         theta = self.best_theta
         ident = self.identify_final or self.identify_start
         floor, determined = self._image_floor(ident)
+        if self.identify_truth is not None:
+            # the truth is judged where the target or the result shows a parameter: a fit that moved the letter out
+            # of view has not recovered it, though the result's picture no longer determines it
+            determined |= {int(self.free[k]) for k in np.flatnonzero(self.identify_truth.determined)}
         unidentifiable = [scene_theta.NAMES[i] for i in self.free if i not in determined]
         noise = self.target_noise
         image_ok = self._image_met(ident)
@@ -876,8 +883,10 @@ class Recovery:
 def verdict_line(verdict: dict) -> str:
     """One line: the status and what is off by how much (or the image criterion when the truth is unknown)."""
     status = verdict["status"]
-    unid = verdict["unidentifiable"]
-    tail = f"; unidentifiable (held at the start): {', '.join(unid)}" if unid else ""
+    held = [n for n in verdict["unidentifiable"] if verdict["identifiability"][n]["held_at_start"]]
+    unseen = [n for n in verdict["unidentifiable"] if n not in held]  # free, where neither target nor result shows it
+    tail = (f"; unidentifiable (held at the start): {', '.join(held)}" if held else "") \
+        + (f"; unidentifiable (not shown by the target): {', '.join(unseen)}" if unseen else "")
     if status == "converged":
         return f"CONVERGED{tail}"
     off = verdict["off"]
