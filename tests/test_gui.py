@@ -329,8 +329,8 @@ def test_inverse_render_panel_is_live_and_steps(session):
     assert ready and iteration == 0 and n_params == 10 and has_image and joints_off >= 15.0
     iteration, losses, _, phase, status, image_iteration = session[0]["invert_step"]
     assert iteration == 1 and len(losses) == 1 and losses[0] > 0.0
-    # the recovery `invert` runs: its first step is the multi-start's, and a Step brings that step's images
-    assert phase == "multi-start" and status == "running" and image_iteration == 1
+    # the recovery `invert` runs: its first step is the search's first generation, and a Step brings its images
+    assert phase == "search" and status == "running" and image_iteration == 1
 
 
 @pytest.mark.slow

@@ -82,10 +82,13 @@ def test_render_writes_floats_only_when_asked_and_labels_its_aovs(tmp_path):
     plain = subprocess.run([*RENDER, "--out", str(tmp_path / "plain")], capture_output=True, text=True, timeout=300)
     assert plain.returncode == 0, plain.stderr
     assert sorted(os.listdir(tmp_path / "plain")) == [".shannon-run.json", "frame.png", "render.json"]
+    assert plain.stdout.strip().endswith(f"; wrote {tmp_path / 'plain'}/: frame.png, render.json"), plain.stdout
     full = subprocess.run([*RENDER, "--aov", "all", "--float", "npy", "--out", str(tmp_path / "full")],
                           capture_output=True, text=True, timeout=300)
     assert full.returncode == 0, full.stderr
     out = tmp_path / "full"
+    listed = full.stdout.strip().split(f"; wrote {out}/: ")[1].split(", ")  # every file it wrote, named
+    assert sorted(listed) == sorted(set(os.listdir(out)) - {".shannon-run.json"})
     frame, depth, normals = (np.load(out / f"{name}.npy") for name in ("frame", "depth", "normals"))
     assert frame.shape == (32, 64, 3) and depth.shape == (32, 64) and normals.shape == (32, 64, 3)
     assert frame.dtype == depth.dtype == normals.dtype == np.float32
@@ -113,6 +116,8 @@ def test_render_animation_gif_and_mp4_play_at_the_asked_rate(tmp_path):
     assert sorted(p.name for p in (tmp_path / "frames").iterdir()) == ["frame_0000.png", "frame_0001.png",
                                                                       "frame_0002.png"]
     assert gif_duration_ms(tmp_path / "animation.gif") == 300
+    assert result.stdout.strip().endswith("wrote " + f"{tmp_path}/: frames/ (3 PNGs), animation.gif, animation.mp4, "
+                                          "render.json"), result.stdout
     reader = imageio.get_reader(tmp_path / "animation.mp4")
     assert reader.get_meta_data()["fps"] == pytest.approx(10) and reader.count_frames() == 3
     record = json.loads((tmp_path / "render.json").read_text())

@@ -221,7 +221,7 @@ def _render(args: argparse.Namespace, camera, videos: tuple[str, ...], out: Path
             written += aovs
         record.update(aovs=labels)
         summary = (f"rendered t={args.t:g} at {args.width}x{args.height} ({args.edges} edges) on {running.name} in "
-                   f"{time.perf_counter() - started:.2f} s{kernel} -> {out}/frame.png")
+                   f"{time.perf_counter() - started:.2f} s{kernel}")
     else:
         frames, written, done = [], [], 0
         for i in bar(range(args.frames), desc=f"rendering {args.frames} frames on {running.name}"):
@@ -241,13 +241,19 @@ def _render(args: argparse.Namespace, camera, videos: tuple[str, ...], out: Path
         written += animations
         record.update(frames_done=done, fps=args.fps,
                       gif_delay_ms=image_io.gif_delay_ms(args.fps) if "gif" in videos else None)
-        summary = (f"rendered {done} frames at {args.width}x{args.height} on {running.name} -> {out}/frames/"
-                   + "".join(f" and {out}/{name}" for name in animations))
+        summary = f"rendered {done} frames at {args.width}x{args.height} on {running.name}"
     record.update(wall_s=round(time.perf_counter() - started, 3), interrupted=bool(stop),
                   signal=stop.signal_name or None, files=written)
     atomic.write_json(out / "render.json", record)
     if stop:
         raise Interrupted(stop.signal_name, f"{len(written)} file(s) written to {out}/, render.json marked "
                                             "\"interrupted\": true")
-    print(summary)
+    print(f"{summary}; wrote {out}/: {files_line(written + ['render.json'])}")
     return 0
+
+
+def files_line(written: list[str]) -> str:
+    """The files a render wrote, for its last line: every name, the frames as one folder entry with their count."""
+    frames = [name for name in written if name.startswith("frames/")]
+    rest = [name for name in written if not name.startswith("frames/")]
+    return ", ".join(([f"frames/ ({len(frames)} PNG{'s' if len(frames) != 1 else ''})"] if frames else []) + rest)

@@ -259,9 +259,14 @@ class Controller:
                 fit.iterations_per_s = (fit.iteration - self._fit_iterations_at_start) / elapsed
         if fit.iteration >= fit.max_iterations:
             fit.running = False
+        tape = state.tape
+        if "host_launches" in out:  # the batch's second step, counted
+            tape.host_iteration, tape.host_launches = int(out["host_iteration"]), int(out["host_launches"])
+            tape.host_kernels, tape.host_syncs = int(out["host_kernels"]), int(out["host_syncs"])
+            tape.host_sync_sites = [str(site) for site in out["host_sync_sites"]]
         if "tape_iteration" not in out:  # a batch that ran no step (the fit was already at its end)
             return
-        tape = state.tape  # the launches of the batch's first evaluation (the one profiled)
+        # the launches of the batch's first evaluation (the one profiled)
         tape.iteration = int(out["tape_iteration"])
         tape.names = [str(name) for name in out["tape_names"]]
         tape.forward_ms = [float(s) * 1e3 for s in out["tape_forward_s"]]

@@ -24,7 +24,6 @@ _verdict: dict | None = None  # Recovery.verdict() once done ({} when the genera
 _shipped = 0  # the steps whose losses and errors a snapshot has carried
 _images_at = -math.inf  # perf_counter when a snapshot last carried images
 _images_of: tuple[int, bool] = (-1, False)  # the (step, finished) they showed
-_probed_at = -1  # the step at which invert_gradient last rendered another image into the shared renderer
 INVERT_GROUPS = ("joints", "gripper", "letter", "letter_angles")  # what the panel perturbs and recovers
 
 
@@ -75,18 +74,29 @@ def fit_run(max_steps: int, budget_s: float, until: int = 2**31) -> dict:
 
     Only the batch's first step is profiled for the tape panel: profiling syncs after every
     launch (measured on the cpu: 2.85 against 2.57 ms per spot iteration; a GPU's launch queue
-    stalls more). A batch that ran no step carries no tape record."""
+    stalls more). Its second step, unprofiled, is counted (engine.host_costs: launches and host
+    syncs, what an iteration costs the host) for the panel too. A batch that ran no step carries
+    no tape record, one of a single step no counts."""
+    from engine.host_costs import count_host_costs
+
     if _fit is None:
         raise RuntimeError("no fit: reset first")
     started = time.perf_counter()
-    losses, timed = [], {}
+    losses, timed, counted = [], {}, {}
     while (len(losses) < int(max_steps) and _fit.iteration < int(until)
            and not (losses and time.perf_counter() - started >= float(budget_s))):
         _fit.tape.profile = not losses
-        losses.append(float(_fit.step()))
+        if len(losses) == 1:
+            with count_host_costs() as costs:
+                losses.append(float(_fit.step()))
+            counted = {"host_iteration": np.int64(_fit.iteration - 1), "host_launches": np.int64(costs.launches),
+                       "host_kernels": np.int64(costs.kernels), "host_syncs": np.int64(costs.host_syncs),
+                       "host_sync_sites": np.array(sorted(costs.sync_sites), dtype=str)}
+        else:
+            losses.append(float(_fit.step()))
         timed = timed or _tape_record(_fit)
     _fit.tape.profile = True  # evaluations outside a batch (a gradient comparison) stay timed
-    return {**_snapshot(_fit, losses, timed), "seconds": np.float64(time.perf_counter() - started)}
+    return {**_snapshot(_fit, losses, timed), **counted, "seconds": np.float64(time.perf_counter() - started)}
 
 
 def fit_gradient() -> dict:
@@ -127,11 +137,12 @@ def _snapshot(fit, losses: list[float], tape: dict) -> dict:
 
 def invert_reset(t: float, width: int, height: int, perturbation: float, seed: int) -> dict:
     """Start a recovery: the one `python -m app invert` runs (app.scenes.inverse_render.Recovery with its default
-    schedule: identify, multi-start over the base yaw, Adam, Levenberg-Marquardt) of the pose groups
+    schedule: identify, the CMA-ES search, Levenberg-Marquardt, scans while the image says the fit is not there)
+    of the pose groups
     (INVERT_GROUPS). Target = the differentiable render of the timeline's frame at t; start = its parameters
     moved by `perturbation` times the default perturbation of those groups (seeded). Nothing runs yet:
     `invert_run` pulls the recovery's steps."""
-    global _recovery, _steps, _phase, _done, _verdict, _shipped, _probed_at
+    global _recovery, _steps, _phase, _done, _verdict, _shipped
     from app.scenes.inverse_render import InvertSettings, Recovery, render_target
     from app.scenes.robot_arm import theta_at
     from engine import scene_theta
@@ -143,10 +154,11 @@ def invert_reset(t: float, width: int, height: int, perturbation: float, seed: i
     target = render_target(truth, int(width), int(height))
     magnitudes = {g: scene_theta.DEFAULT_PERTURB[g] * float(perturbation) for g in INVERT_GROUPS}
     start = scene_theta.perturb(truth, magnitudes, int(seed))
-    # the panel's schedule is still Adam's (one step a GUI frame can take; the search is invert's default)
-    settings = InvertSettings(groups=INVERT_GROUPS, method="adam")
+    # invert's own schedule: a step (a search generation, a polish step, one parameter's scan) takes 0.1-1 s, in
+    # the worker, while the window keeps drawing
+    settings = InvertSettings(groups=INVERT_GROUPS)
     rec = Recovery(target, start, truth, int(width), int(height), settings=settings)
-    _recovery, _steps, _phase, _done, _verdict, _shipped, _probed_at = rec, rec.steps(), "", False, None, 0, -1
+    _recovery, _steps, _phase, _done, _verdict, _shipped = rec, rec.steps(), "", False, None, 0
     return _invert_snapshot(images=True)
 
 
@@ -154,8 +166,8 @@ def invert_run(max_steps: int, budget_s: float, image_every_s: float = 0.0) -> d
     """Pull the recovery's steps until `max_steps` more are taken, it has ended, or (after one step) `budget_s`
     seconds have passed. Work that takes no step (the identifiability at the start) runs with the step after it,
     so one Step is one step. The snapshot carries the images when `image_every_s` seconds have passed since the
-    last ones, and once more when the recovery has ended (they show its result): rendering them costs about 2/3
-    of an Adam step, which every 0.3 s batch of one or two steps paid before (`_current_image`)."""
+    last ones, and once more when the recovery has ended (they show its result): a render each time (about 60 ms
+    at 256x128), not one every 0.3 s batch."""
     global _phase, _done, _verdict
     if _recovery is None:
         raise RuntimeError("no inversion: reset first")
@@ -192,7 +204,6 @@ def invert_gradient(theta: np.ndarray | None = None, weight: np.ndarray | None =
     view, compared image and target as the phase set them, the plain loss, and theta at the last step's
     (Recovery.current: the renderer's theta at every yield; the Adam steps re-set their loss settings every
     step, and the Levenberg-Marquardt steps their theta too)."""
-    global _probed_at
     from app.scenes.inverse_render import renderer
     from engine.diff_render import run_render_gradient
 
@@ -206,7 +217,6 @@ def invert_gradient(theta: np.ndarray | None = None, weight: np.ndarray | None =
               "azimuth": np.float64(rec.camera.azimuth), "elevation": np.float64(rec.camera.elevation),
               "distance": np.float64(rec.camera.distance), "compare": np.array(rec.settings.compare)}
     out = run_render_gradient(**inputs)
-    _probed_at = rec.step_count  # the renderer's image is this evaluation's now
     r = renderer()
     r.set_view(rec.camera, rec.width, rec.height)  # (resets the compared image and forgets the target)
     r.set_compare(rec.settings.compare)
@@ -218,17 +228,12 @@ def invert_gradient(theta: np.ndarray | None = None, weight: np.ndarray | None =
 
 
 def _current_image(rec, theta: np.ndarray) -> np.ndarray:
-    """The plain full-resolution image (1-pixel silhouettes) at `theta`, linear RGB. A step that ended with the
-    recovery's full-resolution check (every `check_every`-th Adam step, every Levenberg-Marquardt step) left that
-    very image in the shared renderer: it is read from there; otherwise rendered (theta is the renderer's
-    already: Recovery.current at every yield, best_theta at the end)."""
+    """The plain full-resolution image (1-pixel silhouettes) at `theta`, linear RGB, rendered: what the shared
+    renderer last drew need not be theta's (a scan's last grid point, a probe of the unpredicted pixels). Every
+    phase sets the renderer's theta and loss settings itself before it renders again."""
     from app.scenes.inverse_render import plain_image, renderer
 
-    r = renderer()
-    checked = bool(rec.image_losses) and rec.image_losses[-1][0] == rec.step_count
-    if checked and not rec.finished and rec.step_count > max(_probed_at, 0):
-        return r.image_numpy()
-    return plain_image(r, theta)
+    return plain_image(renderer(), theta)
 
 
 def _invert_snapshot(images: bool) -> dict:

@@ -146,8 +146,8 @@ class InvertView:
     perturbation: float = 1.0  # times the default start perturbation (joints 20 deg, gripper 0.03 m, letter 0.2 ...)
     seed: int = 2  # the claim pose_recovery's
     running: bool = False  # Start/Pause: the controller keeps sending batches while True
-    iteration: int = 0  # steps taken (multi-start, Adam and Levenberg-Marquardt steps together)
-    phase: str = ""  # the phase of the last step ("identify", "multi-start", "Adam", "Levenberg-Marquardt")
+    iteration: int = 0  # steps taken (search generations, Levenberg-Marquardt steps and scans together)
+    phase: str = ""  # the phase of the last step ("identify", "search", "Levenberg-Marquardt", "scan")
     done: bool = False  # the recovery ended (its verdict is in `status` and `verdict_line`)
     status: str = ""  # "running" until done, then the verdict's (converged, not_converged, diverged) or "failed"
     verdict_line: str = ""  # app.scenes.inverse_render.verdict_line, once done
@@ -183,6 +183,12 @@ class TapeView:
     names: list[str] = field(default_factory=list)
     forward_ms: list[float] = field(default_factory=list)
     backward_ms: list[float] = field(default_factory=list)
+    # what an unprofiled iteration cost the host (engine.host_costs), once a batch of two steps has run
+    host_iteration: int = -1  # the iteration counted; -1: none yet
+    host_launches: int = 0
+    host_kernels: int = 0  # of the launches, our kernels (the rest: Taichi's fills, copies, element reads)
+    host_syncs: int = 0
+    host_sync_sites: list[str] = field(default_factory=list)  # where each wait for the device was asked for
 
 
 @dataclass

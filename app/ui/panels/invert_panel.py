@@ -2,8 +2,9 @@
 does.
 
 The panel runs the recovery that `invert` runs, with its default schedule (app.scenes.inverse_render.Recovery: the
-identifiability at the start, a multi-start over the base yaw, Adam over an image pyramid, a Levenberg-Marquardt
-polish; the module docstring there says why), in the primary backend worker (app.ui.services.invert_*), a batch of
+identifiability at the start, a CMA-ES search on the half-resolution image, a Levenberg-Marquardt polish, scans of
+every parameter while the image says the fit is not there; the module docstring there says why), in the primary
+backend worker (app.ui.services.invert_*), a batch of
 steps at a time. It draws `state.invert`:
 
 - a status badge: running (grey; "ready" or "paused" when nothing runs), converged (green), not converged or
@@ -13,7 +14,7 @@ steps at a time. It draws `state.invert`:
   recovery runs (app.ui.controller.INVERT_IMAGE_EVERY_S) and at every Step; once done they show the result (the
   best iterate);
 - the pose parameters (true, start, current: once done, the result);
-- the loss of every step on a log scale (the loss its optimiser minimised: Adam's over the pyramid, the
+- the loss of every step on a log scale (the loss its optimiser minimised: the search's half-resolution loss, the
   Levenberg-Marquardt residual's), with a vertical line where each phase begins (hover for its name);
 - below it, on the same step axis, the largest parameter error per group per step on a log scale, each group's
   tolerance dashed in its colour (a recovered group ends below its line); the table's parameter names are in

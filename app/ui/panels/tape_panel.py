@@ -1,7 +1,9 @@
 """Tape panel: the launches of the fit's last iteration, forward and backward time, as a table and bars.
 
 The bars use a log time axis (one slow launch would hide the others on a linear one); hovering a
-bar or a table row shows the launch's full name and times.
+bar or a table row shows the launch's full name and times. A line above says what an unprofiled
+iteration cost the host (engine.host_costs: launches, and the waits for the device, whose sites a
+hover lists), once a running fit has counted one.
 """
 from __future__ import annotations
 
@@ -23,12 +25,24 @@ def draw(state: AppState, gfx: Gfx) -> None:
     total = sum(tape.forward_ms) + sum(tape.backward_ms)
     timing = f", {total:.2f} ms" if state.show_timings else ""
     imgui.text(f"iteration {tape.iteration}: {len(tape.names)} launches{timing}")
+    if tape.host_iteration >= 0:
+        imgui.text(host_line(tape))
+        if imgui.is_item_hovered() and tape.host_sync_sites:
+            imgui.set_tooltip("the host waits for the device at:\n" + "\n".join(tape.host_sync_sites))
     avail = imgui.get_content_region_avail()
     spacing = imgui.get_style().item_spacing.x
     table = imgui.ImVec2(avail.x * 0.58 - spacing, avail.y)
     _table(state, table)
     imgui.same_line()
     _bars(state, imgui.ImVec2(avail.x - table.x - spacing, avail.y))
+
+
+def host_line(tape) -> str:
+    """What iteration `tape.host_iteration` cost the host, in one line."""
+    others = tape.host_launches - tape.host_kernels
+    return (f"host costs (iteration {tape.host_iteration}, untimed): {tape.host_launches} launches "
+            f"({tape.host_kernels} kernels, {others} Taichi calls), {tape.host_syncs} "
+            f"host sync{'s' if tape.host_syncs != 1 else ''}")
 
 
 def _tooltip(state: AppState, index: int) -> None:
