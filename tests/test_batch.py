@@ -366,6 +366,7 @@ def assert_the_batch_of_six(out: Path, targets: Path, singles: dict[str, Path], 
             continue
         assert row["status"] == "ok" and row["backend"] == "cpu" and row["iterations"] == 4 and row["misses"] == 0
         assert row["chamfer"] > 0 and row["hausdorff"] > 0 and isinstance(row["pid"], int) and row["node"]
+        assert len(row["node_id"]) == 56 and int(row["node_id"], 16) >= 0  # Ray's node id: 28 bytes, hex
         assert {p.name for p in (out / "jobs" / name).iterdir()} == FIT_FILES | {"job.json"}
     for job, single in singles.items():
         assert_same_as_single(out / "jobs" / job, single)
@@ -374,8 +375,16 @@ def assert_the_batch_of_six(out: Path, targets: Path, singles: dict[str, Path], 
                                  "interrupted": 0}
     assert set(summary["winners"]) == {str(targets / f"{s}.obj") for s in stems if s != "broken"}
     header = (out / "batch.csv").read_text().splitlines()[0].split(",")
-    assert header[:2] == ["job", "target"] and {"status", "chamfer", "node", "pid", "backend", "error"} <= set(header)
+    assert header[:2] == ["job", "target"] and {"status", "chamfer", "node", "node_id", "pid", "backend",
+                                                "error"} <= set(header)
     return rows
+
+
+def assert_a_line_a_job(result, ran: int, ok: int) -> None:
+    """stderr is a pipe here, so no bar: one line a finished job, numbered, with the tally so far."""
+    done = [line for line in result.stderr.splitlines() if " done: " in line]
+    assert [line.split("batch fit: ")[1].split(" of ")[0] for line in done] == [str(k) for k in range(1, ran + 1)]
+    assert all(f" of {ran} done: " in line for line in done) and done[-1].endswith(f"(ok {ok}, failed {ran - ok})")
 
 
 @pytest.mark.slow
@@ -385,6 +394,7 @@ def test_embedded_batch_rows_outputs_and_resume(targets, singles, tmp_path):
     args = ["fit", "--targets", str(targets), *SETTINGS, "--cpus", "2", "--out", str(out), "--report"]
     first = run_batch(args, tag)
     rows = assert_the_batch_of_six(out, targets, singles, first)
+    assert_a_line_a_job(first, 12, 10)
     assert "best for" in first.stdout and (out / "report.png").read_bytes().startswith(b"\x89PNG")
     assert_none_left(tag)
 
@@ -392,6 +402,7 @@ def test_embedded_batch_rows_outputs_and_resume(targets, singles, tmp_path):
     (out / "jobs" / "egg" / "lr0.05" / "job.json").unlink()
     again = run_batch(args, tag)
     rows_again = assert_the_batch_of_six(out, targets, singles, again)
+    assert_a_line_a_job(again, 3, 1)
     ran = {name for name, row in rows_again.items() if not row.get("resumed")}
     assert ran == {"egg/lr0.05", "broken/lr0.02", "broken/lr0.05"}
     assert all(rows_again[n]["pid"] == rows[n]["pid"] for n in rows if n not in ran)
@@ -543,7 +554,9 @@ def test_two_node_cluster_on_loopback(targets, singles, tmp_path):
                                  "--address", f"127.0.0.2:{port}", "--connect-timeout", "60", "--out", str(out)],
                                 capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
         rows = assert_the_batch_of_six(out, targets, singles, result)
+        assert_a_line_a_job(result, 12, 10)
         assert {row["node"] for row in rows.values() if row["status"] == "ok"} == {"127.0.0.2", "127.0.0.3"}
+        assert len({row["node_id"] for row in rows.values() if row["status"] == "ok"}) == 2
         assert json.loads((out / "batch.json").read_text())["ray"]["nodes"] == 2
         refused = subprocess.run([sys.executable, "-m", "app", "batch", "fit", "--targets", "blob", "--out",
                                   str(tmp_path / "refused"), "--address", f"127.0.0.2:{port}"], capture_output=True,

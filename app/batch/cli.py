@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import logging
 import math
 import os
 import time
@@ -30,6 +31,8 @@ from app.batch import jobs as job_specs
 from app.batch import store
 from app.scenes.fit_settings import RECOMMENDED_ITERS, RECOMMENDED_LR
 from engine.errors import EXIT_OK, EXIT_RESULT_BAD, Interrupted, UserError
+
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = 'python -m app batch needs Ray: pip install ".[batch]" (from the project folder)'
 
@@ -240,6 +243,10 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path, jobs: list[job_sp
         def on_result(job: job_specs.Job, result: dict) -> None:
             results[job.name] = store.save(out, job, result)
             progress.update(1)
+            if progress.disable:  # no bar (stderr is not a terminal: a log, CI, a cluster's job runner): a line a job
+                tally = store.counts(list(results.values()))
+                log.info("batch %s: %d of %d done: %s %s (ok %d, failed %d)", args.kind, len(results), len(todo),
+                         job.name, results[job.name]["status"], tally["ok"], len(results) - tally["ok"])
 
         def on_wait(in_flight: int) -> None:
             tally = store.counts(list(results.values()))

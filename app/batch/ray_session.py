@@ -61,10 +61,11 @@ MAX_CALLS = 10  # jobs per CPU worker process before Ray replaces it
 def _task(job: Job, clock=None) -> dict:
     """The Ray task: one job in this worker (app.batch.execute), plus the node it ran on; with a
     `clock` (a `_Clock` handle) it first says it started."""
+    node = (ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id())
     if clock is not None:
-        clock.start.remote(job.name, os.getpid(), ray.util.get_node_ip_address())
+        clock.start.remote(job.name, os.getpid(), node)
     result = execute.run_job(job)
-    result["row"]["node"] = ray.util.get_node_ip_address()
+    result["row"]["node"], result["row"]["node_id"] = node  # an address can hide several nodes; the id cannot
     return result
 
 
@@ -72,12 +73,13 @@ class _Clock:
     """Ray actor: when each running job started in its worker, on this one process's clock."""
 
     def __init__(self):
-        self.started: dict[str, tuple[float, int, str]] = {}  # job name -> (monotonic time, pid, node)
+        # job name -> (monotonic time, pid, node: (address, Ray's node id))
+        self.started: dict[str, tuple[float, int, tuple[str, str]]] = {}
 
-    def start(self, name: str, pid: int, node: str) -> None:
-        self.started[name] = (time.monotonic(), pid, node)
+    def start(self, name: str, pid: int, node: tuple[str, str]) -> None:
+        self.started[name] = (time.monotonic(), pid, tuple(node))
 
-    def over(self, limit_s: float) -> dict[str, tuple[int, str]]:
+    def over(self, limit_s: float) -> dict[str, tuple[int, tuple[str, str]]]:
         """The jobs that started more than `limit_s` ago, each reported once: {name: (pid, node)}."""
         now = time.monotonic()
         late = {name: (pid, node) for name, (t, pid, node) in self.started.items() if now - t > limit_s}
@@ -301,15 +303,17 @@ class RaySession:
                     pass
 
     @staticmethod
-    def _result(job: Job, ref, killed: tuple[int, str] | None = None, job_timeout: float | None = None) -> dict:
+    def _result(job: Job, ref, killed: tuple[int, tuple[str, str]] | None = None,
+                job_timeout: float | None = None) -> dict:
         try:
             return ray.get(ref)
         except ray.exceptions.RayError as exc:  # the task's worker died more often than max_retries, a node was lost
             if killed is not None:  # we stopped it: past --job-timeout
-                pid, node = killed
+                pid, (node, node_id) = killed
                 return {"row": {"job": job.name, "status": "timed_out", "pid": pid, "backend": "", "node": node,
+                                "node_id": node_id,
                                 "error": f"stopped after --job-timeout {job_timeout:g} s (its worker, pid {pid}, "
                                          f"was killed)"}, "files": {}, "log": ""}
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return {"row": {"job": job.name, "status": "error", "error": f"Ray: {type(exc).__name__}: {reason}",
-                            "pid": "", "backend": "", "node": ""}, "files": {}, "log": str(exc)}
+                            "pid": "", "backend": "", "node": "", "node_id": ""}, "files": {}, "log": str(exc)}

@@ -4,7 +4,8 @@
     OUT/jobs/<job name>/      an invert job: invert.json, loss.png, progress.gif, frames/ (what `invert` writes), job.json
     OUT/frames/frame_NNNN.png a render job's frames (what `render --frames` writes); its row in OUT/jobs/<name>/job.json
     OUT/logs/<job>.txt        the traceback of a job that failed inside our code (its row names the file)
-    OUT/batch.csv             one row per job: settings, status, figures, wall time, node, pid, backend, error
+    OUT/batch.csv             one row per job: settings, status, figures, wall time, node (address and Ray's id),
+                              pid, backend, error
     OUT/batch.json            the summary: command, counts by status, where it ran, the winners, every row
 
 A job folder is assembled beside its place under a hidden name and renamed into place, so it is
@@ -29,12 +30,12 @@ DONE = ("ok", "diverged", "not_converged")  # a rerun keeps these (each is a run
 STATUSES = ("ok", "error", "diverged", "not_converged", "timed_out", "interrupted")
 COLUMNS = {
     "fit": ["job", "target", *FIT_KEYS, "status", "orders", "final_loss", "chamfer", "hausdorff", "misses",
-            "iterations", "wall_s", "node", "pid", "backend", "error", "resumed", "folder", "command"],
-    "render": ["job", "frames", "t_first", "t_last", "status", "wall_s", "node", "pid", "backend", "error",
+            "iterations", "wall_s", "node", "node_id", "pid", "backend", "error", "resumed", "folder", "command"],
+    "render": ["job", "frames", "t_first", "t_last", "status", "wall_s", "node", "node_id", "pid", "backend", "error",
                "resumed", "folder"],
     "invert": ["job", *INVERT_KEYS, "status", "orders", "final_loss", "joints_deg", "letter", "unidentifiable", "steps",
                "wall_s",
-               "node", "pid", "backend", "error", "resumed", "folder", "command"],
+               "node", "node_id", "pid", "backend", "error", "resumed", "folder", "command"],
 }
 
 
