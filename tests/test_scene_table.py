@@ -20,36 +20,36 @@ def test_names_groups_and_slots_come_from_the_one_table_geometric_components_fir
     assert all(scene_theta.NAMES[i] == name for name, i in named.items())
 
 
-@pytest.mark.slow  # compiles the SDF adjoint for a shared theta (a minute on 2 cores)
+@pytest.mark.slow  # a taped render at 128x64
 def test_the_scene_sdf_reads_every_geometric_component_and_no_other():
-    """The SDF's parameter gradient (Taichi's adjoint of `raymarch_grad.sdf_samples`, the one differentiated SDF
-    call site) summed over the surface points a render of t = 0.5 holds (the arm holding the tile: every part
-    in view): non-zero for each geometric component, exactly zero for every other. A geometric parameter
-    listed after the shading ones would fail the first half; the render keeps only N_GEO columns."""
-    import taichi as ti
-
-    from app.scenes.inverse_render import render_target, renderer
+    """The SDF's parameter gradient at the surface points a taped render of t = 0.5 holds (the arm holding the
+    tile: every part in view), from the renderer's own hold (`raymarch_grad.sdf_samples`' adjoint with unit seeds,
+    the one differentiated SDF call site, its kernels as the renderer compiled them): the kept Jacobian
+    (`keep_jacobian`, theta's first N_GEO columns) is non-zero for each geometric component somewhere, and what
+    the adjoint left in the other columns is exactly zero. A geometric parameter listed after the shading ones
+    would fail the first half."""
+    from app.scenes.inverse_render import renderer
     from app.scenes.robot_arm import theta_at
     from engine import backend
     from engine.kernels import raymarch_grad
+    from engine.render import Camera
 
     backend.init("cpu")
     assert raymarch_grad.N_GEO == layout.N_GEOMETRIC
-    theta = theta_at(0.5)
-    render_target(theta, 128, 64)
     r = renderer()
+    r.set_view(Camera(), 128, 64)
+    r.set_loss("l2", 1, 1.0)
+    r.set_theta(theta_at(0.5))
+    r.tape.reset()
+    r.theta_slots.grad.fill(0.0)
+    with r.tape:
+        r.record()  # the hold runs as it is recorded: the SDF's adjoint at every held point
     n = r.n_slots
-    points_np = r.points.to_numpy()[:n]
-    shared = ti.field(ti.f32, (layout.N_THETA,), needs_grad=True)
-    points = ti.Vector.field(3, ti.f32, (n, raymarch_grad.N_SAMPLES), needs_grad=True)
-    values = ti.field(ti.f32, (n, raymarch_grad.N_SAMPLES), needs_grad=True)
-    shadow = ti.field(ti.f32, (n,))
-    shared.from_numpy(theta.astype(np.float32))
-    points.from_numpy(points_np)
-    values.grad.fill(1.0)
-    for j in range(raymarch_grad.S_SHADOW):  # the shaded point and its normal taps: on the surfaces in view
-        raymarch_grad.sdf_samples.grad(shared, points, shadow, n, j, values)
-    grad = shared.grad.to_numpy()
+    jacobian = r.jacobian.to_numpy()[:n]  # (slots, samples, N_GEO)
+    rest = r.theta_slots.grad.to_numpy()[:n, layout.N_GEOMETRIC:]
+    r.tape.reset()
     geo = layout.N_GEOMETRIC
-    assert np.all(np.abs(grad[:geo]) > 0.0), dict(zip(scene_theta.NAMES[:geo], grad[:geo]))
-    assert np.all(grad[geo:] == 0.0), dict(zip(scene_theta.NAMES[geo:], grad[geo:]))
+    assert jacobian.shape[-1] == geo
+    seen = np.abs(jacobian).max(axis=(0, 1))
+    assert np.all(seen > 0.0), dict(zip(scene_theta.NAMES[:geo], seen))
+    assert np.all(rest == 0.0), dict(zip(scene_theta.NAMES[geo:], np.abs(rest).max(axis=0)))
