@@ -34,7 +34,6 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
-
 from bench import bench_parser, emit, machine_load
 from engine.errors import UserError
 

@@ -737,16 +737,11 @@ class Recovery:
         theta = np.array(start, np.float64)
         state = PolishState()
         for threshold in POLISH_THRESHOLDS:
-            theta = yield from self._lm_stage(r, theta, threshold, None, state)
-        for round_ in range(MASK_ROUNDS):
+            theta = yield from self._lm_stage(r, theta, threshold, state)
+        self.marks.append((self.step_count, "Levenberg-Marquardt, unpredicted pixels left out"))
+        for _ in range(MASK_ROUNDS):
             before = state.taken
-            r.set_theta(theta)
-            image, jac = r.image_jacobian()
-            keep = ~unpredicted_pixels(r, theta, image, jac, self.free_now())
-            if round_ == 0:
-                self.marks.append((self.step_count, "Levenberg-Marquardt, unpredicted pixels left out"))
-            theta = yield from self._lm_stage(r, theta, HUBER, keep, state)
-            state.left_out = int((~keep).sum())
+            theta = yield from self._lm_stage(r, theta, HUBER, state, masked=True)
             if state.taken == before:
                 break
         self.lm_record = {"steps": self.lm_record.get("steps", 0) + state.taken, "final_damping": state.damping,
@@ -754,23 +749,26 @@ class Recovery:
                           "last_step_in_tolerances":
                           None if state.last_step is None else float(state.last_step.max())}
 
-    def _lm_stage(self, r, theta: np.ndarray, threshold: float, keep: np.ndarray | None,
-                  state: PolishState) -> Iterator[str]:
-        """Levenberg-Marquardt steps on Huber's loss (`threshold`) over the kept pixels (`keep` (H, W) bool; None:
-        all, at full and half resolution) until a step fails or vanishes, counted in `state`; returns the last
-        theta."""
+    def _lm_stage(self, r, theta: np.ndarray, threshold: float, state: PolishState,
+                  masked: bool = False) -> Iterator[str]:
+        """Levenberg-Marquardt steps on Huber's loss (`threshold`) until a step fails or vanishes, counted in
+        `state`; returns the last theta. Over every pixel at full and half resolution, or (`masked`) at full
+        resolution over those `unpredicted_pixels` does not flag at theta, from the stage's first Jacobian."""
         free = self.free_now()
         lo, hi = scene_theta.limits()
         target = self.target.astype(np.float64)
-        levels = LM_LEVELS if keep is None else (0,)
-        entries = None if keep is None else np.repeat(keep.reshape(-1), 3)  # the residual is (H, W, 3) flattened
-        scale = residual_scale(target.shape, levels)[entries if keep is not None else slice(None)]
+        levels, pick, first = LM_LEVELS, slice(None), None
+        if masked:
+            r.set_theta(theta)
+            first = r.image_jacobian()  # the first step's Jacobian too
+            left_out = unpredicted_pixels(r, theta, *first, free)
+            state.left_out = int(left_out.sum())
+            levels, pick = (0,), np.repeat(~left_out.reshape(-1), 3)  # the residual is (H, W, 3) flattened
+        scale = residual_scale(target.shape, levels)[pick]
 
         def residual(image: np.ndarray, jac: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
             res, jf = pyramid_residual(image, target, jac, levels)
-            if entries is None:
-                return res, jf
-            return res[entries], None if jf is None else jf[entries]
+            return res[pick], None if jf is None else jf[pick]
 
         def objective(th: np.ndarray) -> tuple[float, np.ndarray]:
             image = plain_image(r, th)
@@ -779,8 +777,10 @@ class Recovery:
 
         damping, current = 1e-3, objective(theta)[0]
         while state.taken < self.settings.lm_iterations:
-            r.set_theta(theta)
-            image, jac = r.image_jacobian()
+            if first is None:
+                r.set_theta(theta)
+                first = r.image_jacobian()
+            (image, jac), first = first, None
             res, jf = residual(image, jac[..., free])
             w = huber_weights(res, scale, threshold)
             improved = False

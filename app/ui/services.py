@@ -10,6 +10,7 @@ Each function takes numpy-compatible keyword inputs and returns a dict of arrays
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -86,14 +87,12 @@ def fit_run(max_steps: int, budget_s: float, until: int = 2**31) -> dict:
     while (len(losses) < int(max_steps) and _fit.iteration < int(until)
            and not (losses and time.perf_counter() - started >= float(budget_s))):
         _fit.tape.profile = not losses
-        if len(losses) == 1:
-            with count_host_costs() as costs:
-                losses.append(float(_fit.step()))
+        with count_host_costs() if len(losses) == 1 else contextlib.nullcontext() as costs:
+            losses.append(float(_fit.step()))
+        if costs is not None:
             counted = {"host_iteration": np.int64(_fit.iteration - 1), "host_launches": np.int64(costs.launches),
                        "host_kernels": np.int64(costs.kernels), "host_syncs": np.int64(costs.host_syncs),
                        "host_sync_sites": np.array(sorted(costs.sync_sites), dtype=str)}
-        else:
-            losses.append(float(_fit.step()))
         timed = timed or _tape_record(_fit)
     _fit.tape.profile = True  # evaluations outside a batch (a gradient comparison) stay timed
     return {**_snapshot(_fit, losses, timed), **counted, "seconds": np.float64(time.perf_counter() - started)}
