@@ -150,6 +150,7 @@ class DiffRenderer:
         self.compare = "diff"
         self._forward = None  # engine.render.Renderer of the forward image, made on first use
         self._cam_params = np.zeros(raymarch_grad.N_CAM)
+        self._kept: bytes | None = None  # theta of the render the tape holds (`render_taped`), if it still does
 
     # -- set-up ------------------------------------------------------------------------------
     def set_view(self, camera: Camera, width: int, height: int) -> None:
@@ -161,6 +162,7 @@ class DiffRenderer:
         self._cam_params = camera_params(camera, width, height)
         self.cam.from_numpy(self._cam_params.astype(np.float32))
         self.has_target = False
+        self._kept = None
         self.compare = "diff"
 
     def set_compare(self, kind: str) -> None:
@@ -179,6 +181,8 @@ class DiffRenderer:
             if self._forward is None:
                 self._forward = Renderer(self.width, self.height)
             self._forward.resize(self.width, self.height)
+        if kind != self.compare:
+            self._kept = None
         self.compare = kind
 
     def set_theta(self, theta: np.ndarray) -> None:
@@ -199,6 +203,8 @@ class DiffRenderer:
         if not (0.0 < edge_px <= 8.0 and kappa > 0.0):
             raise UserError(f"edge width {edge_px} must be in (0, 8] pixel footprints and kappa positive")
         self.loss_kind, self.levels = image_loss.LOSS_KINDS[kind], int(levels)
+        if (float(edge_px), kappa) != (self.edge_px, self.kappa):
+            self._kept = None  # the image itself changes
         self.edge_px, self.kappa = float(edge_px), kappa
 
     def set_target(self, image: np.ndarray, weight: np.ndarray | None = None) -> None:
@@ -231,6 +237,7 @@ class DiffRenderer:
         """The image, and the loss if a target is set, as launches on the active tape (or just run)."""
         if not self.width:
             raise RuntimeError("DiffRenderer: set_view first")
+        self._kept = None
         n_px = self.n_px
         custom("render: march (untaped)", self._march, _no_adjoint, reads=[self.theta],
                writes=[self.scene, self.active, self.march_t, self.march_edges, self.slot_pos, self.slot_count])
@@ -349,14 +356,10 @@ class DiffRenderer:
         self.tape.backward(self.loss)
         return float(self.loss[None]), self.theta.grad.to_numpy().astype(np.float64)
 
-    def image_jacobian(self) -> tuple[np.ndarray, np.ndarray]:
-        """The image at the current theta and its exact Jacobian d image / d theta, per pixel.
-
-        Returns (image (H, W, 3) float32, jacobian (H, W, 3, N_THETA) float64). One taped render and
-        three reverse passes, one per colour channel with that channel's image gradient seeded with 1:
-        every slot's row of `theta_slots.grad` is then d(its pixel's channel)/d theta, because a pixel's
-        image depends only on its own slots (shade, soft minimum and compose are per pixel); the rows
-        are summed per pixel. The loss's own gradient is sum_p dloss_p . J_p (a test checks it)."""
+    def render_taped(self) -> np.ndarray:
+        """`render()`, the render kept on the tape: an `image_jacobian()` at this theta (and view and loss
+        settings) then runs only the reverse passes. A trial that may become the next linearisation point renders
+        so at no extra cost."""
         has_target, self.has_target = self.has_target, False
         self.tape.reset()
         try:
@@ -364,8 +367,23 @@ class DiffRenderer:
                 self.record()
         finally:
             self.has_target = has_target
+        self._kept = self.theta.to_numpy().tobytes()
+        return self.image_numpy()
+
+    def image_jacobian(self) -> tuple[np.ndarray, np.ndarray]:
+        """The image at the current theta and its exact Jacobian d image / d theta, per pixel.
+
+        Returns (image (H, W, 3) float32, jacobian (H, W, 3, N_THETA) float64). One taped render (none if
+        `render_taped` left one at this theta) and three reverse passes, one per colour channel with that
+        channel's image gradient seeded with 1: every slot's row of `theta_slots.grad` is then d(its pixel's
+        channel)/d theta, because a pixel's image depends only on its own slots (shade, soft minimum and compose
+        are per pixel); the rows are summed per pixel, layer by layer in slot order. The loss's own gradient is
+        sum_p dloss_p . J_p (a test checks it)."""
+        if self._kept != self.theta.to_numpy().tobytes():
+            self.render_taped()
         n = self.n_px
-        pixel = self.slot_pos.to_numpy()[:self.n_slots] % n
+        position = self.slot_pos.to_numpy()[:self.n_slots]
+        layer, pixel = position // n, position % n
         jac = np.zeros((n, 3, N_THETA), np.float64)
         seed = np.zeros((self.image.shape[0], 3), np.float32)
         for channel in range(3):
@@ -374,8 +392,10 @@ class DiffRenderer:
             seed[:n, channel] = 1.0
             self.image.grad.from_numpy(seed)
             self.tape.backward(None)
-            np.add.at(jac[:, channel, :], pixel, self.theta_slots.grad.to_numpy()[:self.n_slots])
-        self.tape.reset()
+            rows = self.theta_slots.grad.to_numpy()[:self.n_slots]
+            for k in range(raymarch_grad.N_LAYERS):  # a pixel has at most one slot per layer: no repeated index
+                on = layer == k
+                jac[pixel[on], channel, :] += rows[on]
         return self.image_numpy(), jac.reshape(self.height, self.width, 3, N_THETA)
 
     def loss_value(self) -> float:

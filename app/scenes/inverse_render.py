@@ -291,12 +291,13 @@ class InverseRender:
         self.opt.destroy()
 
 
-def plain_image(r, theta: np.ndarray) -> np.ndarray:
+def plain_image(r, theta: np.ndarray, keep: bool = False) -> np.ndarray:
     """Renderer `r`'s plain full-resolution image (1-pixel silhouettes) at theta, linear RGB (H, W, 3); r's theta
-    is left at `theta`, its loss settings at the plain loss."""
+    is left at `theta`, its loss settings at the plain loss. `keep`: the render stays on r's tape, so that
+    `r.image_jacobian()` at theta runs only its reverse passes."""
     r.set_loss("l2", 1, 1.0)
     r.set_theta(theta)
-    return r.render()
+    return r.render_taped() if keep else r.render()
 
 
 def image_loss(r, theta: np.ndarray, target: np.ndarray) -> float:
@@ -757,10 +758,10 @@ class Recovery:
         free = self.free_now()
         lo, hi = scene_theta.limits()
         target = self.target.astype(np.float64)
-        levels, pick, first = LM_LEVELS, slice(None), None
+        levels, pick = LM_LEVELS, slice(None)
+        r.set_theta(theta)
+        first = r.image_jacobian()  # the first step's (no render if the last stage's last step left it on the tape)
         if masked:
-            r.set_theta(theta)
-            first = r.image_jacobian()  # the first step's Jacobian too
             left_out = unpredicted_pixels(r, theta, *first, free)
             state.left_out = int(left_out.sum())
             levels, pick = (0,), np.repeat(~left_out.reshape(-1), 3)  # the residual is (H, W, 3) flattened
@@ -770,12 +771,11 @@ class Recovery:
             res, jf = pyramid_residual(image, target, jac, levels)
             return res[pick], None if jf is None else jf[pick]
 
-        def objective(th: np.ndarray) -> tuple[float, np.ndarray]:
-            image = plain_image(r, th)
+        def value(image: np.ndarray) -> float:
             res, _ = residual(image, None)
-            return (huber_loss(res, scale, threshold) if np.all(np.isfinite(res)) else math.inf), image
+            return huber_loss(res, scale, threshold) if np.all(np.isfinite(res)) else math.inf
 
-        damping, current = 1e-3, objective(theta)[0]
+        damping, current = 1e-3, value(first[0])
         while state.taken < self.settings.lm_iterations:
             if first is None:
                 r.set_theta(theta)
@@ -788,10 +788,11 @@ class Recovery:
                 step = lm_step(jf * w[:, None], res * w, damping)
                 trial = np.array(theta)
                 trial[free] = np.clip(trial[free] + step, lo[free], hi[free])
-                value, image = objective(trial)
-                if value < current:
+                image = plain_image(r, trial, keep=True)  # kept: if accepted, its Jacobian needs no second render
+                trial_value = value(image)
+                if trial_value < current:
                     state.last_step = np.abs(trial - theta)[free] / tolerance_scale(theta)[free]
-                    theta, current, improved, accepted = trial, value, True, image
+                    theta, current, improved, accepted = trial, trial_value, True, image
                     damping = max(damping / 3.0, 1e-7)
                     break
                 damping *= 4.0
