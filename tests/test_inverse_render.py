@@ -221,6 +221,33 @@ def test_outside_the_unpredicted_pixels_the_real_renders_jacobian_predicts_a_sma
     assert miss.max() > 10 * LINEAR_MISS  # the flagged pixels do jump: the linearisation misses them
 
 
+def test_a_render_kept_on_the_tape_gives_the_jacobian_a_fresh_render_would():
+    """`render_taped` then `image_jacobian` (reverse passes only) equals `image_jacobian` after an untaped render,
+    bit for bit; any other evaluation in between (here a render elsewhere) drops the kept render."""
+    from app.scenes.inverse_render import plain_image, renderer
+    from app.scenes.robot_arm import theta_at
+    from engine import backend
+    from engine.render import Camera
+
+    backend.init("cpu")
+    theta, other = theta_at(0.5), theta_at(0.3)
+    r = renderer()
+    r.set_view(Camera(), 64, 32)
+    untaped = plain_image(r, theta)
+    assert r._kept is None
+    fresh_image, fresh = r.image_jacobian()
+    kept_image = plain_image(r, theta, keep=True)
+    assert r._kept is not None  # what image_jacobian reuses
+    image, jac = r.image_jacobian()
+    for same in (fresh_image, kept_image, image):
+        np.testing.assert_array_equal(same, untaped)
+    np.testing.assert_array_equal(jac, fresh)
+    plain_image(r, other)  # an untaped render elsewhere: the tape no longer holds theta's render
+    assert r._kept is None
+    r.set_theta(theta)
+    np.testing.assert_array_equal(r.image_jacobian()[1], fresh)
+
+
 # ---- the verdict of real runs -----------------------------------------------------------------------
 def _ident(determined: list[bool]):
     from engine.gauss_newton import Identifiability
