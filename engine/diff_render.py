@@ -150,7 +150,7 @@ class DiffRenderer:
         self.compare = "diff"
         self._forward = None  # engine.render.Renderer of the forward image, made on first use
         self._cam_params = np.zeros(raymarch_grad.N_CAM)
-        self._kept: bytes | None = None  # theta of the render the tape holds (`render_taped`), if it still does
+        self._kept: bytes | None = None  # the `_image_key` of the render the tape holds (`render_taped`), if any
 
     # -- set-up ------------------------------------------------------------------------------
     def set_view(self, camera: Camera, width: int, height: int) -> None:
@@ -162,7 +162,6 @@ class DiffRenderer:
         self._cam_params = camera_params(camera, width, height)
         self.cam.from_numpy(self._cam_params.astype(np.float32))
         self.has_target = False
-        self._kept = None
         self.compare = "diff"
 
     def set_compare(self, kind: str) -> None:
@@ -181,8 +180,6 @@ class DiffRenderer:
             if self._forward is None:
                 self._forward = Renderer(self.width, self.height)
             self._forward.resize(self.width, self.height)
-        if kind != self.compare:
-            self._kept = None
         self.compare = kind
 
     def set_theta(self, theta: np.ndarray) -> None:
@@ -203,8 +200,6 @@ class DiffRenderer:
         if not (0.0 < edge_px <= 8.0 and kappa > 0.0):
             raise UserError(f"edge width {edge_px} must be in (0, 8] pixel footprints and kappa positive")
         self.loss_kind, self.levels = image_loss.LOSS_KINDS[kind], int(levels)
-        if (float(edge_px), kappa) != (self.edge_px, self.kappa):
-            self._kept = None  # the image itself changes
         self.edge_px, self.kappa = float(edge_px), kappa
 
     def set_target(self, image: np.ndarray, weight: np.ndarray | None = None) -> None:
@@ -360,15 +355,16 @@ class DiffRenderer:
         """`render()`, the render kept on the tape: an `image_jacobian()` at this theta (and view and loss
         settings) then runs only the reverse passes. A trial that may become the next linearisation point renders
         so at no extra cost."""
-        has_target, self.has_target = self.has_target, False
         self.tape.reset()
-        try:
-            with self.tape:
-                self.record()
-        finally:
-            self.has_target = has_target
-        self._kept = self.theta.to_numpy().tobytes()
-        return self.image_numpy()
+        with self.tape:
+            image = self.render()
+        self._kept = self._image_key()
+        return image
+
+    def _image_key(self) -> bytes:
+        """What the image depends on: theta, the view, the edges' width and sharpness, the comparison."""
+        return self.theta.to_numpy().tobytes() + self._cam_params.tobytes() \
+            + repr((self.width, self.height, self.edge_px, self.kappa, self.compare)).encode()
 
     def image_jacobian(self) -> tuple[np.ndarray, np.ndarray]:
         """The image at the current theta and its exact Jacobian d image / d theta, per pixel.
@@ -379,11 +375,12 @@ class DiffRenderer:
         channel)/d theta, because a pixel's image depends only on its own slots (shade, soft minimum and compose
         are per pixel); the rows are summed per pixel, layer by layer in slot order. The loss's own gradient is
         sum_p dloss_p . J_p (a test checks it)."""
-        if self._kept != self.theta.to_numpy().tobytes():
+        if self._kept != self._image_key():
             self.render_taped()
         n = self.n_px
         position = self.slot_pos.to_numpy()[:self.n_slots]
         layer, pixel = position // n, position % n
+        layers = [(on, pixel[on]) for on in (layer == k for k in range(raymarch_grad.N_LAYERS))]
         jac = np.zeros((n, 3, N_THETA), np.float64)
         seed = np.zeros((self.image.shape[0], 3), np.float32)
         for channel in range(3):
@@ -393,9 +390,8 @@ class DiffRenderer:
             self.image.grad.from_numpy(seed)
             self.tape.backward(None)
             rows = self.theta_slots.grad.to_numpy()[:self.n_slots]
-            for k in range(raymarch_grad.N_LAYERS):  # a pixel has at most one slot per layer: no repeated index
-                on = layer == k
-                jac[pixel[on], channel, :] += rows[on]
+            for on, at in layers:  # a pixel has at most one slot per layer: no repeated index
+                jac[at, channel, :] += rows[on]
         return self.image_numpy(), jac.reshape(self.height, self.width, 3, N_THETA)
 
     def loss_value(self) -> float:
