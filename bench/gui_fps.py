@@ -1,5 +1,10 @@
 """`python -m app bench gui_fps [--arch A] [--frames N] [--size WxH] [--play]`: the desktop app's frame rate while a fit runs.
 
+`--invert`: the Inverse render panel's recovery instead (issue 27: the panel's speed). Its Start is pressed
+once every panel shows live content and the window closes when the recovery ends; then the same recovery
+(app.ui.services.invert_reset / invert_run, the panel's own calls) runs again in this process without the
+window, to compare: its wall time and its result, which must be the panel's (exit 1 otherwise).
+
 The issue-6 goal: at least 30 fps at 1280x800 under Xvfb with Mesa's llvmpipe on 2 cores
 while a shape fit runs. The app opens with its default layout; once every panel shows live
 content the fit is started (with `--play`, the timeline too, so preview frames render
@@ -11,6 +16,7 @@ average, since other processes on the machine change the figure. Needs a display
 """
 from __future__ import annotations
 
+import math
 import os
 
 from bench import bench_parser, emit, machine_load
@@ -28,11 +34,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--size", default="1280x800", metavar="WxH", help="window size (default %(default)s)")
     parser.add_argument("--play", action="store_true",
                         help="play the timeline too: preview frames render between the fit's batches")
+    parser.add_argument("--invert", action="store_true",
+                        help="time the Inverse render panel's recovery (to its end) instead of the fit")
     args = parser.parse_args(argv)
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         print("gui_fps: skipped: no display (run under xvfb-run)")
         return 0
     arch, parity_arch = resolve_archs(args.arch, args.parity_arch)
+    if args.invert:
+        return _invert(args, arch, parity_arch)
     run = run_app(AppOptions(arch=arch, parity_arch=parity_arch, frames=args.frames, size=parse_size(args.size),
                              start_fit=True, play=args.play))
     state = run.state
@@ -48,3 +58,38 @@ def main(argv: list[str]) -> int:
         f"| {fit_rate:.1f} | {state.fit.iteration}{still_fitting} | {run.warm_renders} |",
         machine_load()]), "gui_fps", args.out)
     return 0
+
+
+def _invert(args, arch: str, parity_arch: str) -> int:
+    """The panel's recovery in the window, then the same one without it; one table row."""
+    import time
+
+    import numpy as np
+
+    from app.ui import services
+    from app.ui.app import AppOptions, parse_size, run_app
+    from app.ui.controller import INVERT_VIEW
+    from engine import backend
+
+    run = run_app(AppOptions(arch=arch, parity_arch=parity_arch, size=parse_size(args.size), start_invert=True))
+    view = run.state.invert
+    if not view.done:
+        print(f"gui_fps: the panel's recovery did not end (status {view.status or 'none'}: {view.error})")
+        return 1
+    backend.init(arch)
+    started = time.perf_counter()
+    services.invert_reset(view.t, *INVERT_VIEW, view.perturbation, view.seed)
+    out = services.invert_run(10 ** 9, math.inf)
+    bare_s = time.perf_counter() - started
+    same = str(out["status"]) == view.status and np.array_equal(np.asarray(out["current"], np.float64),
+                                                                np.asarray(view.current, np.float64))
+    fps = run.invert_frames / run.invert_seconds if run.invert_seconds else 0.0
+    emit("\n".join([
+        "| window | GL | recovery (t, seed, view) | status | steps | in the panel: s, steps/s, UI fps "
+        "| without the window: s | same result |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {args.size} | {run.state.gl_renderer} | t = {view.t:g}, seed {view.seed}, {INVERT_VIEW[0]}x{INVERT_VIEW[1]} "
+        f"| {view.status} | {view.iteration} | {run.invert_seconds:.1f}, {view.iteration / run.invert_seconds:.2f}, "
+        f"{fps:.1f} | {bare_s:.1f} | {'yes' if same else 'NO'} |",
+        machine_load()]), "gui_fps", args.out)
+    return 0 if same else 1

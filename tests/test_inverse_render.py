@@ -125,7 +125,8 @@ def test_image_jacobian_contracts_to_the_tapes_gradient_and_matches_central_diff
 # ---- the search ---------------------------------------------------------------------------------------
 def test_a_scan_finds_an_offset_on_its_grid_and_the_search_never_ends_worse_than_its_start():
     """The scan: the letter moved along x by exactly 10 grid steps (1.25 default perturbations) comes back to the
-    truth in one scan, the other parameters untouched. The search from the truth itself: no candidate beats the
+    truth in one scan, the other parameters untouched; moved 3 perturbations, beyond its own grid, it comes back
+    on the start's grid. The search from the truth itself: no candidate beats the
     start's zero loss, so the best iterate stays the start, and the budget bounds the renders."""
     from app.scenes.inverse_render import InvertSettings, Recovery, render_target, renderer
     from app.scenes.robot_arm import theta_at
@@ -137,7 +138,8 @@ def test_a_scan_finds_an_offset_on_its_grid_and_the_search_never_ends_worse_than
     start = truth.copy()
     x = scene_theta.NAMES.index("tile_x")
     start[x] += 1.25 * scene_theta.DEFAULT_PERTURB["letter"]
-    rec = Recovery(target, start, truth, 64, 32, settings=InvertSettings(groups=("letter",), scan_points=33))
+    rec = Recovery(target, start, truth, 64, 32, settings=InvertSettings(groups=("letter",), scan_points=33,
+                                                                         tile_points=0))
     r = renderer()
     r.set_view(rec.camera, 64, 32)
     r.set_target(target)
@@ -146,11 +148,60 @@ def test_a_scan_finds_an_offset_on_its_grid_and_the_search_never_ends_worse_than
     assert abs(rec.current[x] - truth[x]) < 1e-9 and np.array_equal(np.delete(rec.current, x), np.delete(truth, x))
     assert rec.best_loss <= 1e-12
 
+    # A search that left the letter 3 perturbations off (beyond the grid around it): the grid around the start,
+    # 2 grid steps (0.25 perturbation) from the truth, reaches it.
+    rec = Recovery(target, truth + (start - truth) / 5.0, truth, 64, 32,
+                   settings=InvertSettings(groups=("letter",), scan_points=33, tile_points=0))
+    list(rec._scan(r, truth + (start - truth) * 2.4, "scan"))
+    assert abs(rec.current[x] - truth[x]) < 1e-9 and rec.best_loss <= 1e-12
+
     rec = Recovery(target, truth, truth, 64, 32, settings=InvertSettings(search_evaluations=40, lm_iterations=0,
                                                                          hops=0))
     assert set(rec.steps()) == {"identify", "search"}
     assert rec.search_record["evaluations"] <= 40 and rec.best_loss == 0.0
     assert np.array_equal(rec.best_theta, truth) and rec.verdict()["status"] == "converged"
+
+
+def _run(generator) -> tuple[list, object]:
+    """A generator's yields and its return value."""
+    out = []
+    while True:
+        try:
+            out.append(next(generator))
+        except StopIteration as stop:
+            return out, stop.value
+
+
+def test_the_tile_scan_brings_back_a_tile_from_beyond_every_one_parameter_grid():
+    """The tile pushed 3 default perturbations away along x and z (where neither one-parameter grid reaches), the
+    start half a perturbation off along x: the scan of the tile's position around the start (one step) ends within
+    a grid step (a quarter perturbation) of the truth on both axes, with a lower image loss than where it began;
+    with no grid, nothing moves."""
+    from app.scenes.inverse_render import InvertSettings, Recovery, image_loss, render_target, renderer
+    from app.scenes.robot_arm import theta_at
+    from engine import backend, scene_theta
+
+    backend.init("cpu")
+    truth = theta_at(0.1)
+    target = render_target(truth, 128, 64)
+    x, z = scene_theta.NAMES.index("tile_x"), scene_theta.NAMES.index("tile_z")
+    step = scene_theta.DEFAULT_PERTURB["letter"]
+    start, far = truth.copy(), truth.copy()
+    start[x] += 0.5 * step
+    far[[x, z]] += 3.0 * step
+    r = renderer()
+    r.set_view(Recovery(target, start, truth, 128, 64).camera, 128, 64)
+    r.set_target(target)
+    before = image_loss(r, far, target)
+    rec = Recovery(target, start, truth, 128, 64, settings=InvertSettings(groups=("letter", "letter_angles")))
+    phases, (theta, value) = _run(rec._tile_scan(r, far, before))
+    assert phases == ["scan"]
+    assert value < before and value == image_loss(r, theta, target) == rec.losses[-1]
+    assert np.abs(theta[[x, z]] - truth[[x, z]]).max() <= 0.25 * step + 1e-9
+
+    rec = Recovery(target, start, truth, 128, 64, settings=InvertSettings(groups=("letter",), tile_points=0))
+    phases, (theta, value) = _run(rec._tile_scan(r, far, before))
+    assert phases == [] and np.array_equal(theta, far) and value == before
 
 
 # ---- the pixels the render does not differentiate -------------------------------------------------------

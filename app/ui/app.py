@@ -58,6 +58,7 @@ class AppOptions:
     test_function: Callable | None = None  # an imgui test-engine test: the window closes when it returns
     start_fit: bool = False  # press Start as soon as the fit is set up (for the frame-rate measurement)
     play: bool = False  # with start_fit: press Play on the timeline too (frames render while the fit runs)
+    start_invert: bool = False  # press the inverse render's Start once it is set up; close when its recovery ends
 
 
 _held_display: list = []  # the checked X connection, open until the process exits (see require_display)
@@ -206,6 +207,8 @@ class AppRun:
     warm_seconds: float = 0.0
     warm_fit_iterations: int = 0  # fit iterations done meanwhile
     warm_renders: int = 0  # ray-march frames that landed meanwhile
+    invert_seconds: float = 0.0  # start_invert: from pressing Start to the recovery's end
+    invert_frames: int = 0  # frames drawn meanwhile
 
     @property
     def fps(self) -> float:
@@ -226,6 +229,8 @@ class _FrameClock:
         self.warm_frame: int | None = None
         self.warm_at = 0.0
         self.warm_iteration = self.warm_renders = 0
+        self.invert_at: float | None = None  # start_invert: when Start was pressed, and at which frame
+        self.invert_frame = 0
         self.next_report_s = WARM_REPORT_S
 
     def tick(self) -> float:
@@ -303,6 +308,12 @@ def run_app(options: AppOptions) -> AppRun:
         if options.start_fit and state.fit.ready and clock.warm_frame is not None and not state.fit.iteration:
             state.fit.running = True
             state.raymarch.playing = options.play
+        if options.start_invert:
+            invert = state.invert
+            if invert.ready and clock.warm_frame is not None and clock.invert_at is None:
+                invert.running, clock.invert_at, clock.invert_frame = True, clock.last, state.frame
+            elif invert.done:
+                params.app_shall_exit = True
         busy = (state.raymarch.playing or state.fit.running or bool(state.warmup)
                 or state.parity.status == "busy" or bool(state.parity.render_grad_stage))
         # idle at a few fps when nothing moves, at INVERT_IDLE_FPS when only the inverse render does
@@ -405,6 +416,8 @@ def run_app(options: AppOptions) -> AppRun:
         run.warm_frames, run.warm_seconds = state.frame - clock.warm_frame, clock.last - clock.warm_at
         run.warm_fit_iterations = state.fit.iteration - clock.warm_iteration
         run.warm_renders = state.raymarch.frames_rendered - clock.warm_renders
+    if clock.invert_at is not None:
+        run.invert_seconds, run.invert_frames = clock.last - clock.invert_at, state.frame - clock.invert_frame
     if options.screenshot:
         _save_screenshot(options.screenshot)
     return run
