@@ -24,7 +24,7 @@ kernel with separate arguments, a command recorded once (`wp.launch(kN, ..., rec
 and replayed with `.launch()`, the closest analogue of our binding.
 
 Before timing, `echo` (a kernel that writes its arguments back) is launched plainly,
-directly and bound, and each output must equal the arguments sent (engine/dispatch_echo.py).
+directly and bound, and each output must equal the arguments sent (engine/checks/dispatch_echo.py).
 `--json PATH` also writes the cells, the table and its summary as JSON (the `launch_overhead`
 claim reads them: it runs this command in a child process, so the app never imports bench/).
 """
@@ -88,8 +88,8 @@ def _timed_changing(call, arg_sets: tuple[tuple, tuple], launches: int) -> float
 
 
 def validate() -> None:
-    """Plain, native and bound launches of `echo` must deliver the arguments sent (engine/dispatch_echo.py)."""
-    from engine.dispatch_echo import echo_mismatches, run_dispatch_echo
+    """Plain, native and bound launches of `echo` must deliver the arguments sent (engine/checks/dispatch_echo.py)."""
+    from engine.checks.dispatch_echo import echo_mismatches, run_dispatch_echo
 
     wrong = echo_mismatches(run_dispatch_echo())
     if wrong:

@@ -10,7 +10,7 @@ engine names nothing above it; `BackendWorker.call` resolves a name in the calli
 process and sends the worker the "module:function" it stands for.
 
     >>> resolve("affine")
-    'engine.affine_problem:run_affine'
+    'engine.checks.affine_problem:run_affine'
     >>> resolve("tests.worker_faults:hang")
     'tests.worker_faults:hang'
 """
@@ -21,20 +21,20 @@ import importlib
 import numpy as np
 
 REGISTRY: dict[str, str] = {
-    "affine": "engine.affine_problem:run_affine",
-    "affine_gradcheck": "engine.affine_problem:run_affine_gradcheck",
-    "tape_chain": "engine.chain_problem:run_tape_chain",
-    "tape_chain_gradcheck": "engine.chain_problem:run_tape_chain_gradcheck",
-    "sgd_oracle": "engine.sgd_oracle_problem:run_sgd_oracle",
-    "dispatch_echo": "engine.dispatch_echo:run_dispatch_echo",
-    "closest_point": "engine.triangle_bvh:run_closest_point",
-    "bvh_refit_vs_rebuild": "engine.triangle_bvh:run_refit_vs_rebuild",
+    "affine": "engine.checks.affine_problem:run_affine",
+    "affine_gradcheck": "engine.checks.affine_problem:run_affine_gradcheck",
+    "tape_chain": "engine.checks.chain_problem:run_tape_chain",
+    "tape_chain_gradcheck": "engine.checks.chain_problem:run_tape_chain_gradcheck",
+    "sgd_oracle": "engine.checks.sgd_oracle_problem:run_sgd_oracle",
+    "dispatch_echo": "engine.checks.dispatch_echo:run_dispatch_echo",
+    "closest_point": "engine.checks.bvh_checks:run_closest_point",
+    "bvh_refit_vs_rebuild": "engine.checks.bvh_checks:run_refit_vs_rebuild",
     "render_gradient": "engine.diff_render:run_render_gradient",
-    "render_gradcheck": "engine.diff_render:run_render_gradcheck",
-    "render_jacobian": "engine.diff_render:run_render_jacobian",
-    "adjoint_checks": "engine.adjoint_checks:run_adjoint_checks",
-    "soft_min_stability": "engine.adjoint_checks:run_soft_min_stability",
-    "kinematics_check": "engine.adjoint_checks:run_kinematics_check",
+    "render_gradcheck": "engine.checks.render_checks:run_render_gradcheck",
+    "render_jacobian": "engine.checks.render_checks:run_render_jacobian",
+    "adjoint_checks": "engine.checks.adjoint_checks:run_adjoint_checks",
+    "soft_min_stability": "engine.checks.adjoint_checks:run_soft_min_stability",
+    "kinematics_check": "engine.checks.adjoint_checks:run_kinematics_check",
 }
 
 

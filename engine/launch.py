@@ -7,7 +7,7 @@ replayed by the tape) goes through `dispatch`. Not through here: Taichi's own da
 kernels behind `field.fill()`, `from_numpy()`, `to_numpy()` and ndarray copies (fills and
 host <-> device copies: never differentiated, never recorded, so the tape's hazard checks do
 not see them: fill or copy into a field before `with tape:`, or under `tape.pause()`), the
-plain and native calls `engine/dispatch_echo.py` compares on purpose, and the plain calls
+plain and native calls `engine/checks/dispatch_echo.py` compares on purpose, and the plain calls
 `bench/` times. Two jobs, kept in one small place:
 
 - recording: inside `with tape:` (engine.autodiff.tape.Tape) a launch is handed to the

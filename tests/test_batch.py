@@ -603,7 +603,7 @@ def test_taichi_restarted_per_job_reuses_its_cached_kernels_and_caps_threads(tmp
     code = """if True:
         import json, os, pathlib, numpy as np, taichi as ti
         from engine import backend, taichi_private
-        from engine.affine_problem import AffineProblem
+        from engine.checks.affine_problem import AffineProblem
         cache = pathlib.Path(os.environ['TI_OFFLINE_CACHE_FILE_PATH'])
         def entries():
             return len(list(cache.rglob('*.tic')))

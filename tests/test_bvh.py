@@ -16,8 +16,8 @@ import pytest
 from engine.errors import UserError
 from engine.meshgen import icosphere
 from engine.mesh_io import load_mesh
-from engine.triangle_bvh import (SORT_MIN, QueryBuffers, TriangleBVH, leaf_starts, run_closest_point, tree_array,
-                                 sample_queries, tree_depth)
+from engine.checks.bvh_checks import run_closest_point, sample_queries
+from engine.triangle_bvh import SORT_MIN, QueryBuffers, TriangleBVH, leaf_starts, tree_array, tree_depth
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 REAL = ("spot", "blub", "penguin")

@@ -202,7 +202,7 @@ def test_native_kernel_rebinds_on_new_fields_and_updates_scalars(ti_cpu):
 
 
 def test_affine_kernels_native_equal_plain(ti_cpu):
-    from engine.affine_problem import AffineProblem
+    from engine.checks.affine_problem import AffineProblem
     from engine.dispatch import bind
     from engine.kernels.elementwise import affine, sum_into
 
@@ -379,8 +379,8 @@ def _plain_and_native(run):
 
 
 def test_sgd_oracle_native_equals_plain(ti_cpu):
-    """Tape, Taichi adjoints and the SGD optimiser kernels (engine/sgd_oracle_problem.py)."""
-    from engine.sgd_oracle_problem import oracle_problem, run_sgd_oracle
+    """Tape, Taichi adjoints and the SGD optimiser kernels (engine/checks/sgd_oracle_problem.py)."""
+    from engine.checks.sgd_oracle_problem import oracle_problem, run_sgd_oracle
 
     x0, target = oracle_problem()
     plain, fast = _plain_and_native(lambda: run_sgd_oracle(x0, target, steps=5))

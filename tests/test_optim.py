@@ -9,7 +9,7 @@ from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.kernels.losses import l2_loss
 from engine.launch import launch
-from engine.sgd_oracle_problem import oracle_problem, run_sgd_oracle
+from engine.checks.sgd_oracle_problem import oracle_problem, run_sgd_oracle
 
 STEPS = 12
 RNG = np.random.default_rng(7)

@@ -12,7 +12,7 @@ from engine import taichi_private
 from engine.autodiff.access import declare_access, kernel_access
 from engine.autodiff.gradcheck import gradcheck
 from engine.autodiff.tape import Tape, TapeHazardError
-from engine.chain_problem import ChainProblem
+from engine.checks.chain_problem import ChainProblem
 from engine.fields import FieldGroup
 from engine.kernels.elementwise import affine, sin_map, sum_into
 from engine.launch import custom, launch
@@ -311,7 +311,7 @@ def test_misuse_raises_errors_that_say_what_to_do(ti_cpu):
 
 def chain_on_backend(x: np.ndarray) -> dict:
     """The f32 chain (recorded launches, gradient) on whichever backend runs this (a worker)."""
-    from engine.chain_problem import run_tape_chain
+    from engine.checks.chain_problem import run_tape_chain
 
     return run_tape_chain(x)
 

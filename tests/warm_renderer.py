@@ -24,7 +24,8 @@ def main(arch: str) -> None:
     import app  # noqa: F401  (registers the app's computations)
     from app.scenes.robot_arm import theta_at
     from engine import backend
-    from engine.diff_render import run_render_gradcheck, run_render_gradient
+    from engine.checks.render_checks import run_render_gradcheck
+    from engine.diff_render import run_render_gradient
 
     backend.init(arch)
     theta = theta_at(0.1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine import computations
-from engine.affine_problem import A, B
+from engine.checks.affine_problem import A, B
 from engine.autodiff.gradcheck import compare_gradients
 from engine.parity import compare
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from app.scenes.fit_settings import ASSETS, REAL_TARGETS
 from engine import computations
-from engine.triangle_bvh import sample_queries
+from engine.checks.bvh_checks import sample_queries
 from engine.mesh_io import load_mesh
 from engine.parity import distance_error, mesh_diagonal
 from engine.meshgen import icosphere

@@ -1,6 +1,6 @@
 """Claim `launch_overhead`: native dispatch delivers a kernel's arguments and launches it faster than Warp does.
 
-First the echo check (`engine/dispatch_echo.py`): `echo` launched as a plain call, through
+First the echo check (`engine/checks/dispatch_echo.py`): `echo` launched as a plain call, through
 `native` and through a binding must write back exactly the arguments sent, on this backend
 and on the parity backend.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from engine import computations
 from engine.atomic import write_text
-from engine.dispatch_echo import echo_mismatches
+from engine.checks.dispatch_echo import echo_mismatches
 
 LAUNCHES = 2_000
 REPEATS = 5

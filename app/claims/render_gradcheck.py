@@ -2,12 +2,12 @@
 
 The differentiable render (engine.diff_render) of the timeline's frame at T, at 256x128,
 with theta moved off the target so the loss has a gradient. The L2 loss is taken over
-the pixels where the image is smooth in theta (`engine.diff_render.smooth_mask`: hits away
+the pixels where the image is smooth in theta (`engine.checks.render_checks.smooth_mask`: hits away
 from silhouettes, material seams, creases, grazing angles and ambient occlusion), and its
 taped gradient is compared with central differences of the whole renderer (march, hold,
 shade, loss) evaluated from scratch at theta +- h, differenced in float64 (the renderer
 runs in float32; the loss accumulates in float64; each difference is the median of those at
-h/3, h and 3h, see `engine.diff_render.finite_difference`). Goal: relative error <= 1e-2 in
+h/3, h and 3h, see `engine.checks.render_checks.finite_difference`). Goal: relative error <= 1e-2 in
 every component; a component whose gradient is below 1 % of the largest (a sum of
 contributions that nearly cancel) is compared absolutely, against 1e-4 of the largest.
 The silhouette term (the edge band, `edge_mask`) is reported separately, and so, over the
@@ -37,7 +37,7 @@ def relative_errors(analytic: np.ndarray, numeric: np.ndarray) -> np.ndarray:
 def gradcheck_masks(r, target: np.ndarray, theta: np.ndarray, masks: dict[str, np.ndarray],
                     components: list[int] | None = None) -> dict[str, tuple]:
     """Per mask: (analytic gradient, central differences, relative errors) over `components` (default: all)."""
-    from engine.diff_render import finite_difference
+    from engine.checks.render_checks import finite_difference
 
     index = list(range(len(NAMES))) if components is None else components
     out = {}
@@ -53,7 +53,8 @@ def gradcheck_masks(r, target: np.ndarray, theta: np.ndarray, masks: dict[str, n
 def run(ctx) -> None:
     from app.scenes.inverse_render import render_target, renderer
     from app.scenes.robot_arm import theta_at
-    from engine.diff_render import ao_mask, edge_mask, shadow_mask, smooth_mask
+    from engine.checks.render_checks import ao_mask, shadow_mask, smooth_mask
+    from engine.diff_render import edge_mask
 
     truth = theta_at(T)
     target = render_target(truth, WIDTH, HEIGHT)

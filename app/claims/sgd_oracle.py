@@ -6,7 +6,7 @@ kept in a device history read once at the end). The theorem: L_{k+1} = 0.9025 L_
 
 Float32 round-off: each update rounds every coordinate to its float32 spacing u_i, which
 adds noise of relative size sigma_k ~ sqrt(2) u_rms / (sqrt(12) (1 - lr) sqrt(L_k)) to
-the step ratio (engine.sgd_oracle_problem.ratio_noise); near the end, coordinates within ~10 ulps
+the step ratio (engine.checks.sgd_oracle_problem.ratio_noise); near the end, coordinates within ~10 ulps
 of the target stall because their step rounds away. We call round-off dominant from the
 first step where sigma_k reaches a tenth of the 1e-3 tolerance, check every ratio before
 it against 1e-3, and check that the ratios after it stay within 10 sigma_k (explained
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine import computations
-from engine.sgd_oracle_problem import LR, STEPS, oracle_problem, ratio_noise
+from engine.checks.sgd_oracle_problem import LR, STEPS, oracle_problem, ratio_noise
 
 RATIO = (1.0 - LR) ** 2
 TOL = 1e-3

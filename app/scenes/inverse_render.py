@@ -36,9 +36,10 @@ The recovery (`Recovery.steps`), in phases, each marked on the loss plot (`marks
    without the pixels the render does not differentiate (`unpredicted_pixels`: seams, creases, contacts), whose
    flips make the loss near the truth a staircase the Gauss-Newton model cannot see.
 4. further rounds (`hops`), while the image loss is above what a one-tolerance error would leave (the picture
-   says the fit is not there, truth or no truth), each ending in a polish: "search" scans every parameter
-   alone over +-SCAN_SPAN default perturbations around its value and around the start, at full resolution (a
-   small part, the wrist or the fingers, that the half-resolution search left in a wrong basin); "adam"
+   says the fit is not there, truth or no truth), each ending in a polish: "search" scans the tile's position
+   as a pair around the start (a tile the search pushed behind the arm), then every parameter alone over
+   +-SCAN_SPAN default perturbations around its value and around the start, at full resolution (a small part,
+   the wrist or the fingers, that the half-resolution search left in a wrong basin); "adam"
    restarts from the best iterate moved by half the default perturbation (seeded). The best iterate over all of them is kept.
 5. final: the identifiability at the result and the verdict (`verdict`): with the truth known (a rendered
    target), converged = every determined parameter within its tolerance (`TOLERANCES`); without it

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.affine_problem import A, B
+from engine.checks.affine_problem import A, B
 from engine.autodiff.gradcheck import gradcheck
 from engine.autodiff.tape import Tape
 from engine.fields import FieldGroup, taichi_float

@@ -8,7 +8,7 @@ from engine.fields import FieldGroup, taichi_float
 from engine.kernels.elementwise import affine, sum_into
 from engine.launch import launch
 
-A, B = 2.0, 0.5  # y = A*x + B: the affine acceptance, and the first link of the tape chain (engine.chain_problem)
+A, B = 2.0, 0.5  # y = A*x + B: the affine acceptance, and the first link of the tape chain (engine.checks.chain_problem)
 
 
 class AffineProblem:
