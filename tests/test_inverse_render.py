@@ -204,6 +204,18 @@ def test_the_tile_scan_brings_back_a_tile_from_beyond_every_one_parameter_grid()
     assert phases == [] and np.array_equal(theta, far) and value == before
 
 
+def test_a_polish_stage_entered_with_its_steps_spent_renders_nothing():
+    """No renderer at all (None): a stage whose polish has taken its lm_iterations returns theta untouched, with no
+    Jacobian, no probes of the unpredicted pixels and no step."""
+    from app.scenes.inverse_render import HUBER, InvertSettings, PolishState, Recovery
+    from app.scenes.robot_arm import theta_at
+
+    theta = theta_at(0.5)
+    rec = Recovery(np.zeros((32, 64, 3), np.float32), theta, None, 64, 32, settings=InvertSettings(lm_iterations=5))
+    phases, out = _run(rec._lm_stage(None, theta, HUBER, PolishState(taken=5), masked=True))
+    assert phases == [] and out is theta
+
+
 # ---- the pixels the render does not differentiate -------------------------------------------------------
 class _StepImage:
     """A renderer stand-in: a smooth ramp in theta[0] (its Jacobian exact) plus a hard edge at column

@@ -489,7 +489,7 @@ class PolishState:
     taken: int = 0
     last_step: np.ndarray | None = None  # the last step taken, per free component, in tolerances
     damping: float = 1e-3
-    loss: float = math.nan  # the last stage's loss
+    loss: float = math.nan  # the loss of the last stage that ran
     left_out: int = 0  # pixels the last masked stage left out (`unpredicted_pixels`)
 
 
@@ -817,7 +817,10 @@ class Recovery:
                   masked: bool = False) -> Iterator[str]:
         """Levenberg-Marquardt steps on Huber's loss (`threshold`) until a step fails or vanishes, counted in
         `state`; returns the last theta. Over every pixel at full and half resolution, or (`masked`) at full
-        resolution over those `unpredicted_pixels` does not flag at theta, from the stage's first Jacobian."""
+        resolution over those `unpredicted_pixels` does not flag at theta, from the stage's first Jacobian. A stage
+        entered with the polish's steps spent does nothing (its Jacobian and probes would be thrown away)."""
+        if state.taken >= self.settings.lm_iterations:
+            return theta
         free = self.free_now()
         lo, hi = scene_theta.limits()
         target = self.target.astype(np.float64)
