@@ -143,8 +143,10 @@ def test_a_scan_finds_an_offset_on_its_grid_and_the_search_never_ends_worse_than
     r = renderer()
     r.set_view(rec.camera, 64, 32)
     r.set_target(target)
+    given = start.copy()
     phases = list(rec._scan(r, start, "scan"))
     assert phases == ["scan"] * 2  # tile_x and tile_z (the height is not scanned)
+    assert np.array_equal(start, given)  # the scan moves its own copy, never the caller's (the best iterate)
     assert abs(rec.current[x] - truth[x]) < 1e-9 and np.array_equal(np.delete(rec.current, x), np.delete(truth, x))
     assert rec.best_loss <= 1e-12
 

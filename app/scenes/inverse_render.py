@@ -39,8 +39,8 @@ The recovery (`Recovery.steps`), in phases, each marked on the loss plot (`marks
    says the fit is not there, truth or no truth), each ending in a polish: "search" scans the tile's position
    as a pair around the start (a tile the search pushed behind the arm), then every parameter alone over
    +-SCAN_SPAN default perturbations around its value and around the start, at full resolution (a small part,
-   the wrist or the fingers, that the half-resolution search left in a wrong basin); "adam"
-   restarts from the best iterate moved by half the default perturbation (seeded). The best iterate over all of them is kept.
+   the wrist or the fingers, that the half-resolution search left in a wrong basin); "adam" restarts from the
+   best iterate moved by half the default perturbation (seeded). The best iterate over all of them is kept.
 5. final: the identifiability at the result and the verdict (`verdict`): with the truth known (a rendered
    target), converged = every determined parameter within its tolerance (`TOLERANCES`); without it
    (a picture), converged = an image loss below what a one-tolerance error of the least visible determined
@@ -720,6 +720,7 @@ class Recovery:
         s = self.settings
         self.marks.append((self.step_count, label))
         lo, hi = scene_theta.limits()
+        theta = np.array(theta, np.float64)  # its own: the scan moves it in place, and the caller's is the best iterate
         theta, current = yield from self._tile_scan(r, theta, image_loss(r, theta, self.target))
         for i, scale in zip(*self._searched()):
             best = theta[i]

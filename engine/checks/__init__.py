@@ -2,7 +2,7 @@
 
 Small problems with known answers (`affine_problem`, `chain_problem`, `sgd_oracle_problem`), the gradchecks of
 the hand-written adjoints and of the kinematics (`adjoint_checks`), the argument echo of the launch paths
-(`dispatch_echo`), the differentiable render's gradcheck harness (`render_gradcheck`) and the BVH's parity
+(`dispatch_echo`), the differentiable render's masks and gradchecks (`render_checks`) and the BVH's parity
 computations (`bvh_checks`). They import the engine; of the engine only the named-computation registry
 (`engine.computations`) names them, by string; the rest of the engine never imports them
 (docs/ARCHITECTURE.md, tests/test_layers.py).
