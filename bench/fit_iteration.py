@@ -45,7 +45,7 @@ def _run(target: str, subdiv: int, iters: int, warm: bool) -> tuple[list[float],
     from app.scenes.shape_fit import ShapeFit
 
     fit = ShapeFit(target, subdiv, schedule_iters=iters)
-    fit.loss.warm_start = warm
+    fit.terms["chamfer"].warm_start = warm
     times = []
     try:
         for _ in range(iters):
@@ -69,9 +69,9 @@ def _same_answers(target: str, subdiv: int) -> None:
             fit.step()  # the held faces are now last iteration's: real hints
         dist2 = {}
         for warm in (True, False):
-            fit.loss.warm_start = warm
-            fit.loss.correspond()  # outside a tape: just the untaped work
-            dist2[warm] = fit.loss.query_dist2.to_numpy()
+            fit.terms["chamfer"].warm_start = warm
+            fit.terms["chamfer"].correspond()  # outside a tape: just the untaped work
+            dist2[warm] = fit.terms["chamfer"].query_dist2.to_numpy()
         scale = max(float(np.max(np.abs(dist2[False]))), 1e-30)
         if float(np.max(np.abs(dist2[True] - dist2[False]))) > 1e-6 * scale or fit.misses():
             raise RuntimeError(f"bench fit_iteration: warm and cold queries disagree on {target}")

@@ -30,6 +30,7 @@ from engine.autodiff.tape import Tape
 from engine.triangle_bvh import TriangleBVH, morton_order
 from engine.errors import UserError
 from engine.fields import FieldGroup
+from engine.fit_loss import FitInputs, Loss
 from engine.kernels import chamfer_terms
 from engine.launch import custom, launch
 from engine.mesh_io import Mesh
@@ -58,7 +59,7 @@ def _padded(n: int) -> int:
     return -(-n // chamfer_terms.BLOCK) * chamfer_terms.BLOCK
 
 
-class ChamferLoss:
+class ChamferLoss(Loss):
     """The symmetric Chamfer loss between a source mesh on the device and a target mesh, through two BVHs.
 
     Args:
@@ -78,7 +79,7 @@ class ChamferLoss:
     One evaluation, inside `with tape:`: `correspond()` (untaped closest points, held), then
     `record(tape)` (the taped held distances and fixed-order sums); `tape.backward(loss.value)`.
     Same backend, same inputs: bit-identical loss and gradient. `app.scenes.shape_fit.ShapeFit`
-    drives it, with Adam and a `LaplacianSmoother`.
+    drives it (a term of its `engine.fit_loss.WeightedSum`), with Adam and a `LaplacianSmoother`.
 
     Example:
         >>> import taichi as ti
@@ -142,7 +143,11 @@ class ChamferLoss:
         self.target_bvh: TriangleBVH | None = None
         self.rebuild_every = rebuild_every
         self.warm_start = True  # queries start from the last answers (`_correspond`); `bench fit_iteration` compares
-        self.correspondences = 0  # calls of correspond so far: every rebuild_every-th re-sorts the source BVH
+        self.correspondences = 0  # correspond calls so far, looks not counted: every rebuild_every-th re-sorts
+
+    @classmethod
+    def for_fit(cls, inputs: FitInputs) -> "ChamferLoss":
+        return cls(inputs.x, inputs.faces, inputs.target, inputs.n_samples, inputs.seed)
 
     def _bvhs(self) -> tuple[TriangleBVH, TriangleBVH]:
         if self.source_bvh is None:  # built on first use: the held-math tests run float64 fields without a BVH
@@ -150,18 +155,21 @@ class ChamferLoss:
             self.source_bvh = TriangleBVH(self.x, self.faces, leaf_size=SOURCE_LEAF_SIZE)
         return self.source_bvh, self.target_bvh
 
-    def correspond(self) -> None:
+    def correspond(self, look: bool = False) -> None:
         """Refit the source BVH (re-sort it every `rebuild_every` calls), find and hold both
         directions' closest points. Untaped work; inside a tape it is recorded as a custom step
         with no adjoint (the envelope theorem: no gradient flows through the argmin), so the
-        tape inspector lists it with its time."""
-        custom("chamfer: closest points (BVH, untaped)", self._correspond, _no_adjoint,
+        tape inspector lists it with its time. A `look` does what the next call would do and
+        leaves the re-sort schedule where it was (the fit runs the same however often it is looked at)."""
+        custom("chamfer: closest points (BVH, untaped)", lambda: self._correspond(look), _no_adjoint,
                reads=[self.x, self.samples], writes=[self.held_point, self.held_face, self.held_bary])
 
-    def _correspond(self) -> None:
+    def _correspond(self, look: bool) -> None:
         source, target = self._bvhs()
-        self.correspondences += 1
-        if self.rebuild_every and self.correspondences % self.rebuild_every == 0:
+        calls = self.correspondences + 1
+        if not look:
+            self.correspondences = calls
+        if self.rebuild_every and calls % self.rebuild_every == 0:
             source.rebuild()  # host re-sort: boxes of a tree sorted for the sphere overlap as it deforms
         else:
             source.refit()

@@ -15,10 +15,11 @@ import taichi as ti
 from engine import dispatch, launch as launch_module
 from engine.host_costs import IterationCosts, count_host_costs
 
-# one steady iteration of ShapeFit("spot", subdiv=2) (ShapeFit.step: correspond, taped Chamfer terms, backward, Adam,
-# smoothing): 40 kernels (10 of them the tape's gradient fills) + 1 Taichi call (reading the loss) = 41 launches;
+# one steady iteration of ShapeFit("spot", subdiv=2) (ShapeFit.step: correspond, taped Chamfer terms, their weighted
+# sum, backward, Adam, smoothing): 44 kernels (11 of them the tape's gradient fills; the sum of one term: its zeroing,
+# its add and that add's adjoint) + 1 Taichi call (reading the loss) = 45 launches;
 # 1 host sync: the loss read, `float(self.loss.value[None])` in ShapeFit.evaluate
-FIT_LAUNCHES, FIT_KERNELS, FIT_SYNCS = 41, 40, 1
+FIT_LAUNCHES, FIT_KERNELS, FIT_SYNCS = 45, 44, 1
 
 def _loss_read_line() -> int:
     from pathlib import Path

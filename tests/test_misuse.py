@@ -68,6 +68,8 @@ FIXTURES = {  # name -> content, created in the case's folder before it runs
     "cfg-samples-zero.json": '{"target": "blob", "samples": 0}',
     "cfg-arch-number.json": '{"target": "blob", "backend": {"requested": 3}}',
     "cfg-misspelt.json": '{"target": "blob", "iters": 5}',
+    "cfg-weights-unknown.json": '{"target": "blob", "weights": {"chamfer": 1, "edges": 0.1}}',
+    "cfg-weights-negative.json": '{"target": "blob", "weights": {"edge": -1}}',
 }
 NO_GPU = backend.cuda_unavailable_reason() is not None
 
@@ -93,6 +95,9 @@ CASES = [
     ("fit-samples-zero", ["fit", "--target", "blob", "--samples", "0"], 2, "--samples must be an integer", {}),
     ("fit-samples-huge", ["fit", "--target", "blob", "--samples", "100000000"], 2, "--samples must be an integer", {}),
     ("fit-dump-negative", ["fit", "--target", "blob", "--dump-every", "-1"], 2, "--dump-every must be an integer", {}),
+    ("fit-edge-weight-negative", ["fit", "--target", "blob", "--edge-weight", "-1"], 2,
+     "--edge-weight must be a number >= 0, got -1.0", {}),
+    ("fit-weights-all-zero", ["fit", "--target", "blob", "--chamfer-weight", "0"], 2, "every loss weight is 0", {}),
     ("fit-mesh-format", ["fit", "--target", "blob", "--mesh-format", "fbx"], 2, "--mesh-format: invalid choice", {}),
     ("fit-arch-unknown", ["fit", "--target", "blob", "--arch", "metal"], 2, "unknown backend 'metal' (from --arch)", {}),
     ("fit-unknown-flag", ["fit", "--target", "blob", "--learning-rate", "1"], 2, "unrecognized arguments", {}),
@@ -128,7 +133,10 @@ CASES = [
         ("cfg-format-list.json", '"mesh_format" must be one of obj, ply, stl, glb (as --mesh-format), got ["obj"]'),
         ("cfg-samples-zero.json", '"samples" must be an integer in 1..10,000,000 or null (as --samples), got 0'),
         ("cfg-arch-number.json", '"backend" must be an object whose "requested" is one of auto, cuda, vulkan, cpu'),
-        ("cfg-misspelt.json", '"iters" is not a field of a fit.json (did you mean "iterations"?)'))],
+        ("cfg-misspelt.json", '"iters" is not a field of a fit.json (did you mean "iterations"?)'),
+        ("cfg-weights-unknown.json", '"weights" must be an object of loss weights (numbers >= 0) named chamfer, edge '
+                                     '(as --chamfer-weight, --edge-weight), got {"chamfer": 1, "edges": 0.1}'),
+        ("cfg-weights-negative.json", '"weights" must be an object of loss weights'))],
     # fit: outputs
     ("fit-out-proc", ["fit", "--target", "blob", "--out", "/proc/x"], 2, "--out /proc/x: cannot create the folder", {}),
     ("fit-out-unwritable", ["fit", "--target", "blob", "--out", "/proc"], 2, "--out /proc: the folder is not writable", {}),

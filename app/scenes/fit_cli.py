@@ -3,8 +3,10 @@
 Writes into --out: fit.json (settings, the backend that ran, every loss, status), final.obj
 (or .ply/.stl/.glb: --mesh-format) in the target file's coordinates, loss.png and loss.svg
 (log scale), with --dump-every K the mesh every K iterations in frames/, with --video a
-progress.mp4. `--config fit.json` runs again with the settings a fit.json records (flags
-given beside it override them). Defaults are the recommended settings.
+progress.mp4. The loss is Chamfer, or a weighted sum of loss terms (`--edge-weight W` adds the
+edge-length regulariser; the terms: app.scenes.fit_settings.LOSS_TERMS). `--config fit.json` runs
+again with the settings a fit.json records (flags given beside it override them). Defaults are the
+recommended settings.
 
 Exit codes: 0 the loss fell; 1 the fit diverged (NaN, a 100-fold rise, or a loss ending
 above its first value: fit.json says "diverged": true and where); 2 bad flags, target or
@@ -19,8 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.flags import add_arch_argument
-from app.scenes.fit_settings import (MAX_SUBDIV, MESH_FORMATS, RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH,
-                                     RECOMMENDED_SMOOTH_END, TARGETS, FitSettings)
+from app.scenes.fit_settings import (LOSS_TERMS, MAX_SUBDIV, MESH_FORMATS, RECOMMENDED_ITERS, RECOMMENDED_LR,
+                                     RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END, TARGETS, FitSettings)
 from engine.errors import Interrupted, UserError
 
 
@@ -47,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="target surface samples (default: max(4096, 2 F))")
     how.add_argument("--seed", type=int, default=None, metavar="S",
                      help="seed of the target samples, 0..2^32-1 (default 0)")
+    terms = parser.add_argument_group("loss terms", "the loss is the weighted sum of these terms (weight 0: off)")
+    for term in LOSS_TERMS:
+        terms.add_argument(f"--{term.name}-weight", type=float, default=None, metavar="W",
+                           help=f"{term.about} (default {term.weight:g})")
     files = parser.add_argument_group("backend and files")
     add_arch_argument(files)
     files.add_argument("--out", default="out/fit", metavar="DIR", help="output folder (default out/fit)")
@@ -75,6 +81,8 @@ def settings_from(args: argparse.Namespace) -> FitSettings:
         given.update(smooth=args.smooth, smooth_end=args.smooth_end)
     elif args.smooth_end is not None:
         given.update(smooth_end=args.smooth_end)
+    weights = {term.name: getattr(args, f"{term.name}_weight") for term in LOSS_TERMS}
+    given["weights"] = {**base.weights, **{name: value for name, value in weights.items() if value is not None}}
     settings = replace(base, **given)
     if not settings.target:
         raise UserError("python -m app fit: the following arguments are required: --target (or --config FIT_JSON) "

@@ -120,7 +120,7 @@ def _run(settings: FitSettings, out: Path, stop: StopFlag) -> FitResult:
 
     running = backend.init(settings.arch)
     fit = ShapeFit(settings.target, settings.subdiv, settings.lr, settings.smooth, settings.seed, settings.samples,
-                   smooth_end=settings.smooth_end, schedule_iters=settings.iterations)
+                   smooth_end=settings.smooth_end, schedule_iters=settings.iterations, losses=settings.weights)
     try:
         files: list[str] = []
         previews = []
@@ -165,7 +165,8 @@ def _run(settings: FitSettings, out: Path, stop: StopFlag) -> FitResult:
             "status": status, "target": settings.target, "target_name": fit.target.name, "arch": running.name,
             "backend": running.as_record(), "subdiv": settings.subdiv, "vertices": fit.x.shape[0],
             "iterations": settings.iterations, "iterations_done": fit.iteration, "lr": settings.lr,
-            "smooth": settings.smooth, "smooth_end": fit.smooth_end, "samples": fit.n_samples, "seed": settings.seed,
+            "smooth": settings.smooth, "smooth_end": fit.smooth_end, "weights": fit.weights, "samples": fit.n_samples,
+            "seed": settings.seed,
             "dump_every": settings.dump_every, "mesh_format": settings.mesh_format, "video": settings.video,
             "wall_s": round(wall, 3), "orders": fit.orders(), "misses": fit.misses(), "final_loss": _finite(final),
             "diverged": diverged_at is not None, "diverged_at": diverged_at, "divergence": why or None,

@@ -1,8 +1,13 @@
-"""The shape fit's built-in targets, recommended settings and `FitSettings`, without Taichi (the UI process imports them).
+"""The shape fit's built-in targets, loss terms, recommended settings and `FitSettings`, without Taichi (the UI
+process imports them).
 
 The recommended settings were measured best on the real targets (docs/RESULTS.md, claim
 `real_mesh_fit`): Adam lr 0.03 and a Laplacian shrink-wrap step falling linearly from 0.8
 to 0.1 over 400 iterations. The `fit` CLI, the desktop app and the claim start from them.
+
+The fit's loss is a weighted sum of the terms in `LOSS_TERMS` (engine.fit_loss). That table is the one
+place a term is registered: the settings' `weights`, fit.json's "weights", the `fit` flags
+`--NAME-weight` and the device classes the fit builds all come from its rows.
 """
 from __future__ import annotations
 
@@ -10,8 +15,9 @@ import difflib
 import json
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from engine.errors import UserError
 
@@ -33,11 +39,35 @@ MESH_FORMATS = ("obj", "ply", "stl", "glb")  # what a fitted mesh can be written
 
 
 @dataclass(frozen=True)
+class LossTerm:
+    """One term of the fit's loss: its setting `weights[name]` (flag `--NAME-weight`), the engine class that
+    computes it ("module:Class", an `engine.fit_loss.Loss` built by its `for_fit`), its default weight (0: off)
+    and what it measures (the flag's help)."""
+
+    name: str
+    loss: str
+    weight: float
+    about: str
+
+
+# The fit's loss terms, in the order the weighted sum adds them. A new term: its engine module and one row here.
+LOSS_TERMS = (
+    LossTerm("chamfer", "engine.chamfer_loss:ChamferLoss", 1.0,
+             "symmetric Chamfer distance between the mesh and the target's surface"),
+    LossTerm("edge", "engine.edge_loss:EdgeLengthLoss", 0.0,
+             "mean squared edge length of the mesh, a regulariser (PyTorch3D's mesh_edge_loss)"),
+)
+DEFAULT_WEIGHTS = {term.name: term.weight for term in LOSS_TERMS}
+WEIGHT_FLAGS = ", ".join(f"--{term.name}-weight" for term in LOSS_TERMS)
+
+
+@dataclass(frozen=True)
 class FitSettings:
     """Everything one fit run needs, named as the `fit` flags (`--iters` is `iterations`).
 
     `smooth_end=None` keeps the Laplacian step constant at `smooth`; `samples=None` takes
     the default count (about two per source triangle); `arch=None` means $SHANNON_ARCH, else auto.
+    `weights` maps loss terms (`LOSS_TERMS`) to their weights; a term not named has weight 0.
     The defaults are the recommended settings. `validate()` raises `UserError` naming the flag;
     `from_record(fit_json)` reads the settings a fit.json was written with.
 
@@ -56,10 +86,12 @@ class FitSettings:
     mesh_format: str = "obj"
     video: bool = False
     arch: str | None = None
+    weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
 
     def validate(self) -> "FitSettings":
         """Raise `UserError` (naming the flag) for settings no fit can run with; return self."""
         check_subdiv_lr_smooth(self.subdiv, self.lr, self.smooth, self.smooth_end)
+        check_weights(self.weights)
         _check_int("--iters", self.iterations, 1, MAX_ITERS)
         _check_int("--seed", self.seed, 0, MAX_SEED)
         _check_int("--dump-every", self.dump_every, 0, MAX_ITERS)
@@ -88,7 +120,8 @@ class FitSettings:
         for name, (flag, what, ok) in RECORD_SETTINGS.items():
             if name in record and not ok(record[name]):
                 raise UserError(f"{source}: \"{name}\" must be {what} (as {flag}), got {_json_value(record[name])}")
-        settings = {name: record[name] for name in RECORD_SETTINGS if name in record and name != "arch"}
+        settings = {name: record[name] for name in RECORD_SETTINGS if name in record and name not in ("arch", "weights")}
+        settings["weights"] = {**DEFAULT_WEIGHTS, **record.get("weights", {})}  # a term not named: its default
         backend = record.get("backend")
         if backend is not None and not (isinstance(backend, dict) and _arch_or_none(backend.get("requested"))):
             raise UserError(f"{source}: \"backend\" must be an object whose \"requested\" is one of "
@@ -120,6 +153,10 @@ def _arch_or_none(value) -> bool:
     return value is None or (isinstance(value, str) and value in ARCH_CHOICES)
 
 
+def _weight_ok(value) -> bool:
+    return type(value) in (int, float) and value >= 0 and math.isfinite(value)
+
+
 ARCH_CHOICES = ("auto", "cuda", "vulkan", "cpu")  # engine.backend.ARCH_CHOICES (not imported: no Taichi here)
 # fit.json's settings: field -> (its flag, what it must be, the check); JSON integers only where the flag takes one
 RECORD_SETTINGS = {
@@ -137,6 +174,8 @@ RECORD_SETTINGS = {
                     v in MESH_FORMATS),
     "video": ("--video", "true or false", lambda v: isinstance(v, bool)),
     "arch": ("--arch", f"one of {', '.join(ARCH_CHOICES)} or null", _arch_or_none),  # read where no "backend" is
+    "weights": (WEIGHT_FLAGS, f"an object of loss weights (numbers >= 0) named {', '.join(DEFAULT_WEIGHTS)}",
+                lambda v: isinstance(v, dict) and set(v) <= set(DEFAULT_WEIGHTS) and all(map(_weight_ok, v.values()))),
 }
 # what else app.scenes.fit_run writes into a fit.json (results, not settings: read by nothing here)
 RECORD_RESULTS = ("status", "target_name", "backend", "vertices", "iterations_done", "wall_s", "orders", "misses",
@@ -160,3 +199,14 @@ def check_subdiv_lr_smooth(subdiv: int, lr: float, smooth: float, smooth_end: fl
         if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
                                   or not 0.0 <= value <= 1.0):
             raise UserError(f"{flag} must be in 0..1 (a Laplacian step size), got {value!r}")
+
+
+def check_weights(weights: Mapping[str, float]) -> None:
+    """UserError for loss weights no fit can run with: an unknown term, a weight not a number >= 0, or none positive."""
+    for name, value in weights.items():
+        if name not in DEFAULT_WEIGHTS:
+            raise UserError(f"unknown loss term '{name}': the terms are {', '.join(DEFAULT_WEIGHTS)}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (value >= 0 and math.isfinite(value)):
+            raise UserError(f"--{name}-weight must be a number >= 0, got {value!r}")
+    if not any(value > 0 for value in weights.values()):
+        raise UserError(f"every loss weight is 0 ({WEIGHT_FLAGS}): give at least one term a positive weight")

@@ -4,6 +4,7 @@ The reusable loop the CLI, the headless claims and the GUI drive:
 
     fit = ShapeFit("spot", subdiv=4)             # a name or any mesh path; the recommended settings
     fit = ShapeFit("blub", subdiv=4, lr=0.01, smooth=0.2, smooth_end=None)   # a constant smoothing step
+    fit = ShapeFit("spot", losses={"chamfer": 1.0, "edge": 0.5})   # a weighted sum of loss terms
     for _ in range(400):
         loss = fit.step()          # one iteration; returns the loss before the update
     fit.losses                     # every loss so far (list of float)
@@ -13,8 +14,10 @@ The reusable loop the CLI, the headless claims and the GUI drive:
     fit.export_mesh("final.obj")   # in the target file's original coordinates (.obj .ply .stl .glb)
     fit.destroy()
 
-One iteration (`step`): refit the source BVH and find both directions' closest points
-(untaped), record the held-distance kernels and fixed-order sums on the tape,
+The loss is a weighted sum (engine.fit_loss.WeightedSum) of the terms `losses` names, built from
+the table app.scenes.fit_settings.LOSS_TERMS; by default Chamfer alone (`fit.terms["chamfer"]`).
+One iteration (`step`): each term's untaped work (Chamfer: refit the source BVH and find both
+directions' closest points), the terms and their weighted sum recorded on the tape,
 backward, one Adam step on the device, then (with `smooth` = lambda > 0) one Laplacian
 shrink-wrap step x <- x + lambda (neighbour mean - x). The smoothing step pulls each
 vertex towards its neighbours, which stops the sphere from "tenting": stretching flat
@@ -34,18 +37,21 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 import taichi as ti
 
-from app.scenes.fit_settings import (ASSETS, RECOMMENDED_ITERS, RECOMMENDED_LR, RECOMMENDED_SMOOTH,
-                                     RECOMMENDED_SMOOTH_END, REAL_TARGETS, TARGETS, check_subdiv_lr_smooth)
+from app.scenes.fit_settings import (ASSETS, DEFAULT_WEIGHTS, LOSS_TERMS, RECOMMENDED_ITERS, RECOMMENDED_LR,
+                                     RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END, REAL_TARGETS, TARGETS,
+                                     check_subdiv_lr_smooth, check_weights)
 from engine import backend
 from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
-from engine.chamfer_loss import ChamferLoss, LaplacianSmoother
+from engine.chamfer_loss import LaplacianSmoother
 from engine.errors import UserError
 from engine.fields import FieldGroup
+from engine.fit_loss import FitInputs, Loss, WeightedSum, build_term
 from engine.mesh_io import Mesh, load_mesh, make_mesh, write_mesh
 from engine import meshgen
 
@@ -78,7 +84,7 @@ class FitDiverged(UserError):
 
 
 class ShapeFit:
-    """One shape-fitting run on the current backend: an icosphere, its Chamfer loss to `target`, Adam, smoothing.
+    """One shape-fitting run on the current backend: an icosphere, its loss (Chamfer to `target`), Adam, smoothing.
 
     The defaults are the recommended settings (app/scenes/fit_settings.py), the ones the `fit`
     command, the desktop app and the `real_mesh_fit` claim start from; they were measured on
@@ -95,11 +101,15 @@ class ShapeFit:
             `smooth` with `smooth_end=None`. `smooth=0.0, smooth_end=None`: no smoothing.
         seed: the target surface samples' seed. n_samples: how many (default: `default_samples`).
         profile: time every launch on the tape (`self.tape.entries`), for the tape inspector.
+        losses: loss term -> weight (terms: app.scenes.fit_settings.LOSS_TERMS; a term not named is not
+            built); default: each term's default weight, Chamfer alone.
 
     Attributes:
         x: the vertices, a Taichi vec3 float32 field (V,) with `needs_grad`; `x.grad` holds the last
             gradient. faces (np.ndarray): (F, 3) int. losses (list[float]): every loss so far.
         target (engine.mesh_io.Mesh): the normalised target. tape: the last iteration's launches.
+        loss (engine.fit_loss.WeightedSum): the loss, `loss.value` its 0-d field; terms (dict): each term
+        built (weight > 0) by name; weights (dict): every term's weight, in the table's order.
 
     Raises:
         UserError: a bad setting (named as the `fit` flag), an unknown target or an unreadable mesh
@@ -121,8 +131,12 @@ class ShapeFit:
 
     def __init__(self, target: str | Path, subdiv: int = 3, lr: float = RECOMMENDED_LR, smooth: float = RECOMMENDED_SMOOTH,
                  seed: int = 0, n_samples: int | None = None, profile: bool = False,
-                 smooth_end: float | None = RECOMMENDED_SMOOTH_END, schedule_iters: int = RECOMMENDED_ITERS):
+                 smooth_end: float | None = RECOMMENDED_SMOOTH_END, schedule_iters: int = RECOMMENDED_ITERS,
+                 losses: Mapping[str, float] | None = None):
         check_subdiv_lr_smooth(subdiv, lr, smooth, smooth_end)
+        losses = DEFAULT_WEIGHTS if losses is None else losses
+        check_weights(losses)
+        self.weights = {term.name: float(losses.get(term.name, 0.0)) for term in LOSS_TERMS}
         self.target = load_target(target)
         self.target_name = str(target)
         self.subdiv, self.lr, self.smooth, self.seed = subdiv, lr, smooth, seed
@@ -134,7 +148,12 @@ class ShapeFit:
         self.x = self.group.vector(3, ti.f32, (len(sphere),), needs_grad=True)
         self.group.finalize()
         self.x.from_numpy(sphere.astype(np.float32))
-        self.loss = ChamferLoss(self.x, self.faces, self.target, self.n_samples, seed)
+        inputs = FitInputs(self.x, self.faces, self.target, self.n_samples, seed)
+        self.terms: dict[str, Loss] = {}
+        for term in LOSS_TERMS:  # the table's order is the sum's: the same weights give the same bits
+            if self.weights[term.name] > 0:
+                self.terms[term.name] = build_term(term.loss, inputs)
+        self.loss = WeightedSum([(self.weights[name], loss) for name, loss in self.terms.items()])
         self.optimiser = Adam([self.x], lr=lr)
         self.smoother = LaplacianSmoother(self.x, self.faces) if max(smooth, self.smooth_end) > 0 else None
         self.tape = Tape(profile=profile)
@@ -149,11 +168,13 @@ class ShapeFit:
         t = min(self.iteration / (self.schedule_iters - 1), 1.0)
         return self.smooth + (self.smooth_end - self.smooth) * t
 
-    def evaluate(self) -> float:
-        """Loss and gradient (in `self.x.grad`) at the current vertices, without updating them."""
+    def evaluate(self, look: bool = False) -> float:
+        """Loss and gradient (in `self.x.grad`) at the current vertices, without updating them.
+
+        `look`: leave the terms' schedules (Chamfer's re-sorts) where they were (see `gradient`)."""
         self.tape.reset()
         with self.tape:
-            self.loss.correspond()
+            self.loss.correspond(look)
             self.loss.record(self.tape)
         self.tape.backward(self.loss.value)
         return float(self.loss.value[None])
@@ -174,9 +195,7 @@ class ShapeFit:
 
         A look, not a step: the fit's re-sort schedule is left where it was, so the fit runs
         the same whether or not, and whenever, its gradient is looked at."""
-        calls = self.loss.correspondences
-        self.evaluate()
-        self.loss.correspondences = calls
+        self.evaluate(look=True)
         return self.x.grad.to_numpy()
 
     def vertices(self) -> np.ndarray:

@@ -11,6 +11,8 @@ arguments (`n`), so one compiled kernel serves every image size up to its fields
   gives every thread its own copy of the parameters (one gradient row each, no atomics
   shared between threads) and still gets one bit-reproducible parameter gradient.
 - `sum_into(values, n, weight, partial, total)`: total += weight * sum(values[:n]).
+- `add_weighted(value, weight, total)`: total += weight * value, for 0-d fields: one term of a weighted sum
+  of losses, launched per term in a fixed order (engine.fit_loss.WeightedSum).
 - `compact(flags, n, capacity, partial, index, count)`: the indices of the set flags, in order
   (a stream compaction: counts per block, the block offsets in order, then each block's indices).
 """
@@ -95,3 +97,11 @@ def compact(flags: ti.template(), n: ti.i32, capacity: ti.i32, partial: ti.templ
                 else:
                     flags[i] = 0
                 c += 1
+
+
+@ti.kernel
+def add_weighted(value: ti.template(), weight: ti.f64, total: ti.template()):
+    """total[None] += weight * value[None]: one term of a weighted sum (engine.fit_loss.WeightedSum launches it
+    once per term, in the terms' order, so the sum's order is fixed). Taichi's adjoint: value.grad += weight *
+    total.grad, one element, no race."""
+    total[None] += ti.cast(weight, total.dtype) * ti.cast(value[None], total.dtype)
