@@ -13,12 +13,17 @@ finished ones and marks the rest interrupted (exit 130). The table lands in OUT/
 OUT/batch.json (app.batch.store). Limits: a batch of more than --max-jobs jobs (10,000 by default,
 counted before any job is made) and a --cpus-per-task no node has (with a GPU, for a cuda job) are
 refused in one line; --job-timeout S kills a job running longer (row status timed_out), and the
-batch goes on. Exit codes: 0 every job ok; 1 some job failed, diverged or timed out (its row says
-why); 2 bad input, no Ray, a request no node meets, or a cluster that does not answer; 130 interrupted.
+batch goes on. What Ray itself prints (a lost node's log dump, notices of retried tasks) goes to
+OUT/ray.log, named in one summary line; the summary also says where Ray's ports listened. A cluster's
+nodes get our code and the input meshes from the batch (Ray's runtime environment and object store):
+they need Ray and the Python packages, not this checkout or the input folder. Exit codes: 0 every job
+ok; 1 some job failed, diverged or timed out (its row says why); 2 bad input, no Ray, a request no
+node meets, or a cluster that does not answer; 130 interrupted.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import logging
 import math
@@ -34,6 +39,7 @@ from engine.errors import EXIT_OK, EXIT_RESULT_BAD, Interrupted, UserError
 
 log = logging.getLogger(__name__)
 
+RAY_LOG = "ray.log"  # in OUT: what Ray itself printed while the batch ran (app.batch.ray_session)
 INSTALL_HINT = 'python -m app batch needs Ray: pip install ".[batch]" (from the project folder)'
 
 
@@ -210,7 +216,7 @@ def main(argv: list[str]) -> int:
         raise UserError(f"--out {out}: exists and is not a folder")
     arch = requested_arch(args.arch)
     jobs = {"fit": _fit_jobs, "render": _render_jobs, "invert": _invert_jobs}[args.kind](args, arch)
-    made = [path for path in (out, out / ".batch.lock") if not path.exists()]  # what a refused batch takes back
+    made = [path for path in (out, out / ".batch.lock", out / RAY_LOG) if not path.exists()]  # what a refused batch takes back
     lock = _lock(out)
     try:
         return _run(args, argv, out, jobs)
@@ -237,16 +243,20 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path, jobs: list[job_sp
     if todo:
         from app.batch.ray_session import RaySession
 
+        session = RaySession(args.address, args.cpus, args.connect_timeout, log=out / RAY_LOG)
         progress = None
         slots = 1
 
         def on_result(job: job_specs.Job, result: dict) -> None:
             results[job.name] = store.save(out, job, result)
             progress.update(1)
-            if progress.disable:  # no bar (stderr is not a terminal: a log, CI, a cluster's job runner): a line a job
+            if progress.disable and log.isEnabledFor(logging.INFO):
+                # no bar (stderr is not a terminal: a log, CI, a cluster's job runner): a line a job, on the
+                # console (stderr itself is Ray's log file while the session is up)
                 tally = store.counts(list(results.values()))
-                log.info("batch %s: %d of %d done: %s %s (ok %d, failed %d)", args.kind, len(results), len(todo),
-                         job.name, results[job.name]["status"], tally["ok"], len(results) - tally["ok"])
+                print(f"batch {args.kind}: {len(results)} of {len(todo)} done: {job.name} "
+                      f"{results[job.name]['status']} (ok {tally['ok']}, failed {len(results) - tally['ok']})",
+                      file=session.console)
 
         def on_wait(in_flight: int) -> None:
             tally = store.counts(list(results.values()))
@@ -254,20 +264,23 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path, jobs: list[job_sp
                                      f"running {min(in_flight, slots)}")
 
         try:
-            with RaySession(args.address, args.cpus, args.connect_timeout) as session:
+            with session:
                 session.check_feasible(todo[0], args.retries)  # a request no node meets: one line, not a hang
                 resources = session.resources()
                 slots = max(int(resources["CPU"] // args.cpus_per_task), 1)
                 where = {"mode": session.mode, "address": session.address, **resources,
                          "ray_start_s": round(session.started_s, 3)}
-                progress = bar(total=len(todo), desc=f"batch {args.kind}")
-                session.run(todo, on_result, args.retries, on_wait, args.job_timeout)
-            where["ended_leftover_pids"] = session.leftovers
+                with contextlib.redirect_stderr(session.console):  # `bar` draws on sys.stderr: the console's
+                    progress = bar(total=len(todo), desc=f"batch {args.kind}")
+                try:
+                    session.run(todo, on_result, args.retries, on_wait, args.job_timeout)
+                finally:
+                    progress.close()
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = exc if isinstance(exc, Interrupted) else Interrupted("SIGINT")
-        finally:
-            if progress is not None:
-                progress.close()
+        where.update({"ended_leftover_pids": session.leftovers, "token_auth": session.token_auth,
+                      "ports": session.ports, "exposure": session.exposure(),
+                      "log": RAY_LOG if session.log_lines else None, "log_lines": session.log_lines})
     rows = [done.get(job.name) or results.get(job.name)
             or store.not_run_row(job, "not run: the batch was interrupted; rerun the command to finish it")
             for job in jobs]
@@ -298,6 +311,10 @@ def _print_summary(args: argparse.Namespace, out: Path, rows: list[dict], summar
              if "CPU" in where else where["mode"])
     print(f"batch {args.kind}: {len(rows)} jobs: " + ", ".join(f"{n} {status}" for status, n in tally.items())
           + f" ({summary['resumed']} done before) in {summary['wall_s']:.1f} s ({place}) -> {out}/batch.csv")
+    if where.get("exposure"):
+        print(f"  {where['exposure']}")
+    if where.get("log_lines"):
+        print(f"  Ray's own messages ({where['log_lines']} lines) -> {out}/{where['log']}")
     for row in rows:
         if row["status"] in ("error", "diverged", "not_converged", "timed_out"):
             print(f"  {row['status']:<8} {row['job']}: {row.get('error', '')}")

@@ -25,10 +25,13 @@ Taichi in a reused worker process (Ray runs many tasks in one worker), measured 
 The fit runs through the `fit` command's own code (`app.scenes.fit_run.run_fit_safely` on the
 `FitSettings` that `fit` makes of the same flags) into a temporary folder whose files come back
 as bytes, so the driver writes them on its own disk: a job folder is whole or absent, and no node
-needs to share a filesystem with the driver.
+needs to share a filesystem with the driver. The target mesh comes the other way, as bytes
+(`mesh`, shipped by app.batch.ray_session): the fit reads a copy in the task's own temp folder,
+and its record and messages name the target as the user gave it, as `python -m app fit` does.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -42,8 +45,10 @@ from engine.errors import UserError
 _worker_arch: str | None = None  # the arch this worker process runs: the first job's
 
 
-def run_job(job: Job) -> dict:
+def run_job(job: Job, mesh: bytes | str | None = None) -> dict:
     """Run `job` here; return its row (status, figures, pid, backend, wall time) and its output files.
+
+    `mesh`: a fit's target file as bytes (the fit reads that copy), or why the driver could not read it.
 
     Never raises for a failed job: bad input (a broken mesh, a backend this node lacks) is an
     "error" row with the one-line message; an internal failure is an "error" row too, with the
@@ -62,7 +67,8 @@ def run_job(job: Job) -> dict:
         if _worker_arch not in (None, job.arch):
             raise UserError(f"this worker runs --arch {_worker_arch}; a job asking for {job.arch} needs its own")
         with tempfile.TemporaryDirectory(prefix="shannon-job-") as folder:
-            figures, outputs = RUNNERS[job.kind](job, Path(folder))
+            figures, outputs = fit_runner(job, Path(folder), mesh) if job.kind == "fit" else \
+                RUNNERS[job.kind](job, Path(folder))
             log = figures.pop("log", "")
             row.update(figures)
             files = {name: (Path(folder) / name).read_bytes() for name in outputs}
@@ -80,26 +86,43 @@ def run_job(job: Job) -> dict:
     return {"row": row, "files": files, "log": log}
 
 
-def fit_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:
+def fit_runner(job: Job, folder: Path, mesh: bytes | str | None = None) -> tuple[dict, list[str]]:
     """The `fit` command's run (`run_fit`) on the job's settings, into `folder`: the row's figures from
-    fit.json, and the files the fit wrote (fit.json lists them; the folder's lock file is not one)."""
+    fit.json, and the files the fit wrote (fit.json lists them; the folder's lock file is not one).
+
+    With `mesh` the fit reads that copy of its target (under the target's file name, so the mesh's name
+    and format are the same), and fit.json and any message name the target as given."""
     from app.batch.quality import surface_distance
     from app.scenes.fit_run import run_fit_safely
+    from engine import atomic
 
-    result = run_fit_safely(fit_settings(job), folder)
-    record = result.record
-    if result.status == "error":
-        if "traceback" in record:  # a bug: the row says so, the log keeps the traceback
-            return {"status": "error", "error": result.message, "log": record["traceback"]}, []
-        raise UserError(result.message)
-    row = {"status": result.status, "orders": record["orders"], "final_loss": record["final_loss"],
-           "misses": record["misses"], "iterations": record["iterations_done"],
-           **{key: record[key] for key in ("smooth", "smooth_end", "samples")}}  # the values the defaults gave
-    if result.status == "diverged":
-        row["error"] = f"diverged at iteration {record['diverged_at']}: {record['divergence']}"
-    if result.status == "ok":
-        row.update(surface_distance(job.settings["target"], folder / record["files"][0]))
-    return row, record["files"]
+    target = str(job.settings["target"])
+    with tempfile.TemporaryDirectory(prefix="shannon-input-") as inputs:
+        local = target
+        if isinstance(mesh, str):
+            raise UserError(f"mesh file {target}: {mesh}")
+        if mesh is not None:
+            local = str(Path(inputs) / Path(target).name)
+            Path(local).write_bytes(mesh)
+        result = run_fit_safely(fit_settings(dataclasses.replace(job, settings={**job.settings, "target": local})),
+                                folder)
+        record = result.record
+        if "target" in record and local != target:  # fit.json was written: as `fit` on the given path writes it
+            record["target"] = target
+            atomic.write_json(folder / "fit.json", record)
+        if result.status == "error":
+            message = result.message.replace(local, target)
+            if "traceback" in record:  # a bug: the row says so, the log keeps the traceback
+                return {"status": "error", "error": message, "log": record["traceback"]}, []
+            raise UserError(message)
+        row = {"status": result.status, "orders": record["orders"], "final_loss": record["final_loss"],
+               "misses": record["misses"], "iterations": record["iterations_done"],
+               **{key: record[key] for key in ("smooth", "smooth_end", "samples")}}  # the values the defaults gave
+        if result.status == "diverged":
+            row["error"] = f"diverged at iteration {record['diverged_at']}: {record['divergence']}"
+        if result.status == "ok":
+            row.update(surface_distance(local, folder / record["files"][0]))
+        return row, record["files"]
 
 
 def render_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:

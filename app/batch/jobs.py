@@ -169,6 +169,12 @@ def fit_jobs(targets: list[str], grid: dict[str, list], base: dict, arch: str, t
             for t in targets for point in points]
 
 
+def input_file(job: Job) -> str | None:
+    """The file a job reads, shipped to its task as bytes: a fit's target when it is a path (not a built-in name)."""
+    target = job.settings.get("target") if job.kind == "fit" else None
+    return None if target is None or target in TARGETS else str(target)
+
+
 def fit_argv(settings: dict, arch: str, out: str | Path) -> list[str]:
     """The `python -m app fit` flags of a fit job's settings (settings left None take the fit's defaults)."""
     argv = ["--target", str(settings["target"])]

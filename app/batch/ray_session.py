@@ -1,26 +1,45 @@
 """Ray for a batch: an embedded Ray on this machine, or a cluster; one task per job; nothing left behind.
 
-    with RaySession(address=None, cpus=2) as ray_session:       # embedded; address "HOST:PORT" joins a cluster
+    with RaySession(address=None, cpus=2, log=out / "ray.log") as ray_session:  # address "HOST:PORT" joins a cluster
         unfinished = ray_session.run(jobs, on_result, retries=2, on_wait=None)
+        print("a line of ours", file=ray_session.console)
 
 The only module that imports Ray (the optional `batch` extra).
 
 - **Embedded** (no address, no RAY_ADDRESS): a private Ray on this machine with `cpus` CPUs, no
   dashboard, no usage statistics, its temp folder in the system temp (removed afterwards, with the
   workers' job folders: it is their TMPDIR, so a killed worker leaves nothing behind either), token
-  authentication with a token made for this batch (Ray's ports listen on every interface).
-  On the way out, after `ray.shutdown()`, any process still carrying this session's marker in its
-  environment is ended by pid: killing the driver of an embedded Ray was seen to leave
-  `ray::DashboardAgent` and `ray::RuntimeEnvAgent` running. Ray's own processes are started with
-  SIGINT ignored, so Ctrl-C at the terminal reaches the driver only, which stops them in order.
+  authentication with a token made for this batch, and a loopback node address (LOOPBACK_NODE) where
+  this machine has one (see "Ports" below). On the way out, after `ray.shutdown()`, any process still
+  carrying this session's marker in its environment is ended by pid: killing the driver of an embedded
+  Ray was seen to leave `ray::DashboardAgent` and `ray::RuntimeEnvAgent` running. Ray's own processes
+  are started with SIGINT ignored, so Ctrl-C at the terminal reaches the driver only, which stops them in order.
 - **Cluster** (`--address HOST:PORT` or RAY_ADDRESS): the address is checked with a plain TCP
   connection first and `ray.init` is given `connect_timeout` seconds (Ray itself retries for
   minutes), each a one-line error. With token authentication (`RAY_AUTH_MODE=token`), the driver
   needs the cluster's token in RAY_AUTH_TOKEN.
+- **Nothing but Ray and Python on a node:** a cluster's tasks run our code from a copy that travels
+  with the job (Ray's runtime environment `working_dir`: the `app` and `engine` packages and the
+  real targets' meshes, staged in a temp folder), never from this checkout's path, which Ray would
+  otherwise put on every worker's sys.path. A fit's mesh file travels as bytes in the object store
+  (read here once per file, `ray.put`), in embedded sessions too; the task writes it into its own
+  temp folder and fits that copy (app.batch.execute), so no node reads the path the user gave.
+- **Ray's own output** (with `log`): while the session is up, file descriptors 1 and 2 point at that
+  file (appended to), so what Ray prints -- its C++ core on stderr, the driver's thread that relays
+  cluster errors on stdout (on a lost node: the raylet's last 20 log lines, twice, and a notice per
+  retried task), anything its processes inherit -- lands there; `console` is the terminal's stderr
+  for this batch's own lines. A run after which Ray wrote nothing leaves the file as it was.
+- **Ports** (measured with Ray 2.60, `listening`): the GCS, each raylet (two ports), every worker and
+  this driver's core worker listen on every interface (0.0.0.0 / ::), whatever the node's address:
+  Ray has no setting to bind them to loopback, and `ray.init(_node_ip_address="127.0.0.1")` or
+  `ray start --node-ip-address=127.0.0.1` registers the machine's routable address instead. Another
+  loopback address is kept (so an embedded session registers LOOPBACK_NODE, and its runtime-env agent,
+  the one server that binds the node's address, listens on loopback only), and token authentication
+  refuses any client without the session's token (the measurement: docs/results-log.md).
 - **Tasks:** `num_cpus` = the job's threads; `num_gpus=1` when the job's backend is cuda (or auto)
   and the cluster has GPUs (a cuda job on a cluster without any runs and becomes the backend's
-  error row, never a cpu run); `max_retries` for a worker that dies mid-task (the job starts over
-  in a new worker); CPU workers are recycled after MAX_CALLS jobs (each job leaves some memory behind).
+  error row, never a cpu run); `max_retries` for a worker or a node that dies mid-task (the job starts
+  over in a new worker, on any live node); CPU workers are recycled after MAX_CALLS jobs (each job leaves some memory behind).
 - **Requests no node can meet** (`--cpus-per-task` over every node's CPUs, or with the GPU a cuda job
   asks for, over every GPU node's): Ray would queue such a task forever, silently. `check_feasible`
   compares the request with each live node's totals once the session is up, and refuses the batch
@@ -36,35 +55,39 @@ The only module that imports Ray (the optional `batch` extra).
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import secrets
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
-from typing import Callable
+from pathlib import Path
+from typing import Callable, TextIO
 
 import ray
 
 from app.batch import execute
-from app.batch.jobs import Job
+from app.batch.jobs import Job, input_file
 from engine.errors import Interrupted, UserError
 from engine.interrupt import graceful_stop, signals_ignored
 
 MARKER_ENV = "SHANNON_BATCH_SESSION"  # in the environment of every process of an embedded session
 MAX_CALLS = 10  # jobs per CPU worker process before Ray replaces it
+LOOPBACK_NODE = "127.0.0.2"  # an embedded session's node address: Ray replaces 127.0.0.1 by the routable one
 
 
-def _task(job: Job, clock=None) -> dict:
+def _task(job: Job, clock=None, mesh: bytes | str | None = None) -> dict:
     """The Ray task: one job in this worker (app.batch.execute), plus the node it ran on; with a
-    `clock` (a `_Clock` handle) it first says it started."""
+    `clock` (a `_Clock` handle) it first says it started; `mesh` is the job's input file, shipped."""
     node = (ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id())
     if clock is not None:
         clock.start.remote(job.name, os.getpid(), node)
-    result = execute.run_job(job)
+    result = execute.run_job(job, mesh)
     result["row"]["node"], result["row"]["node_id"] = node  # an address can hide several nodes; the id cannot
     return result
 
@@ -101,6 +124,13 @@ def infeasible(cpus: int, gpus: int, nodes: list[dict[str, float]]) -> str | Non
     ask = f"{cpus} CPUs" + (f" and {gpus} GPU" if gpus else "")
     return (f"--cpus-per-task {cpus}{' (with the GPU of a cuda job)' if gpus else ''}: no node of this Ray has "
             f"{ask} ({len(nodes)} node{'s' if len(nodes) != 1 else ''}: {there}); the tasks would wait forever")
+
+
+def _token_auth_on() -> bool:
+    """Whether this driver speaks Ray's token authentication (Ray 2.60 turns it on for a new local cluster)."""
+    from ray._raylet import AuthenticationMode, get_authentication_mode
+
+    return get_authentication_mode() == AuthenticationMode.TOKEN
 
 
 def _parse_address(address: str) -> tuple[str, int]:
@@ -140,6 +170,133 @@ def end_marked_processes(marker: str, grace_s: float = 5.0) -> list[int]:
     return ended
 
 
+def _read_input(path: str) -> bytes | str:
+    """The bytes of a job's input file, or why it cannot be read (the job becomes that error row)."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or type(exc).__name__})"
+
+
+def _stage_code(folder: Path) -> Path:
+    """A copy of what a task imports or reads besides its inputs -- the `app` and `engine` packages and the
+    real targets' meshes (`assets/`, beside them as in a checkout or the wheel) -- in `folder`: the
+    working_dir that Ray ships to every node."""
+    import app
+    import engine
+    from app.scenes.fit_settings import ASSETS
+
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for source in (Path(app.__file__).parent, Path(engine.__file__).parent, ASSETS):
+        shutil.copytree(source, folder / source.name, ignore=skip)
+    return folder
+
+
+def _decode_address(hex_ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address of /proc/net/tcp{,6}: 32-bit words in host (little-endian) order."""
+    raw = bytes.fromhex(hex_ip)
+    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    address = ipaddress.ip_address(raw)
+    return getattr(address, "ipv4_mapped", None) or address
+
+
+def listening(pids: list[int]) -> list[dict]:
+    """The TCP ports these processes listen on, from /proc (Linux; [] elsewhere): [{"process", "pid",
+    "address", "port", "reach"}], reach being "every interface", "loopback" or "this address"."""
+    sockets: dict[str, tuple[str, int, str]] = {}  # socket inode -> (address, port, reach)
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                hex_ip, hex_port = fields[1].split(":")
+                address = _decode_address(hex_ip)
+                reach = ("every interface" if address.is_unspecified else "loopback" if address.is_loopback
+                         else "this address")
+                sockets[fields[9]] = (str(address), int(hex_port, 16), reach)
+    found = []
+    for pid in pids:
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:  # closed meanwhile (listdir's own, in this process)
+                continue
+            if link.startswith("socket:[") and link[8:-1] in sockets:
+                address, port, reach = sockets[link[8:-1]]
+                found.append({"process": name, "pid": pid, "address": address, "port": port, "reach": reach})
+    return sorted(found, key=lambda entry: (entry["reach"], entry["process"], entry["port"]))
+
+
+def _loopback_node_available() -> bool:
+    """Whether this machine routes LOOPBACK_NODE (Linux routes all of 127/8; macOS only 127.0.0.1)."""
+    try:
+        with socket.socket() as probe:
+            probe.bind((LOOPBACK_NODE, 0))
+        return True
+    except OSError:
+        return False
+
+
+class _RayOutput:
+    """File descriptors 1 and 2 pointed at `path` (appended to) while Ray runs; `console`: the original stderr.
+
+    At `close` the descriptors are restored, and a run after which nothing but our header line was
+    written leaves the file as it found it (absent, or its earlier runs' lines)."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        existed = path is not None and path.exists()
+        self._file = open(path, "a+b") if path is not None else tempfile.TemporaryFile()
+        self._start = self._file.seek(0, os.SEEK_END)
+        self._created = path is not None and not existed
+        self._file.write(f"--- Ray's output in batch pid {os.getpid()}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n"
+                         .encode())
+        self._file.flush()
+        self._body = self._file.tell()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        self._saved = {fd: os.dup(fd) for fd in (1, 2)}
+        for fd in (1, 2):
+            os.dup2(self._file.fileno(), fd)
+        self.console: TextIO = open(os.dup(self._saved[2]), "w", buffering=1, encoding=sys.stderr.encoding or "utf-8",
+                                    errors="replace")
+        self.lines = 0
+
+    def written(self) -> bool:
+        return os.fstat(self._file.fileno()).st_size > self._body
+
+    def has(self, text: bytes) -> bool:
+        """Whether Ray wrote `text` since this session began (looked for in its first MiB)."""
+        return text in os.pread(self._file.fileno(), 1 << 20, self._body)
+
+    def close(self) -> None:
+        for stream in (sys.stdout, sys.stderr):  # what Ray's Python threads printed belongs to the file
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        for fd, saved in self._saved.items():
+            os.dup2(saved, fd)
+            os.close(saved)
+        self.console.close()
+        written = self.written()
+        self._file.seek(self._body)
+        self.lines = sum(chunk.count(b"\n") for chunk in iter(lambda: self._file.read(1 << 20), b""))
+        if not written:
+            self._file.truncate(self._start)
+        self._file.close()
+        if not written and self._created:
+            self.path.unlink()
+
+
 def task_options(job: Job, cluster_gpus: float, retries: int) -> dict:
     """Ray options of a job's task: its CPUs, one GPU when its backend is cuda (or auto) and the cluster
     has GPUs, retries for a dead worker (a failed job is a row, never an exception to retry)."""
@@ -151,15 +308,23 @@ def task_options(job: Job, cluster_gpus: float, retries: int) -> dict:
 class RaySession:
     """A connection to Ray for one batch (see the module docstring)."""
 
-    def __init__(self, address: str | None = None, cpus: int | None = None, connect_timeout: float = 60.0):
+    def __init__(self, address: str | None = None, cpus: int | None = None, connect_timeout: float = 60.0,
+                 log: Path | None = None):
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.cpus = cpus
         self.connect_timeout = connect_timeout
+        self.log = log  # where Ray's own output goes while the session is up (None: nowhere)
         self.marker = ""
         self.temp_dir = ""
         self.started_s = 0.0
         self.leftovers: list[int] = []  # processes the embedded session left that we ended
+        self.ports: list[dict] = []  # what the session's processes listened on (`listening`), before shutdown
+        self.token_auth = False
+        self.log_lines = 0  # lines Ray wrote into `log` in this session
+        self.console: TextIO = sys.stderr  # this batch's own lines while the session is up
+        self._output: _RayOutput | None = None
         self._tmpdir: str | None = None  # TMPDIR before the embedded session set its own
+        self._code: str | None = None  # the staged copy of our code a cluster's tasks run
 
     @property
     def mode(self) -> str:
@@ -168,8 +333,11 @@ class RaySession:
     def __enter__(self) -> "RaySession":
         started = time.perf_counter()
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+        self._output = _RayOutput(self.log)
+        self.console = self._output.console
         try:
             self._join() if self.address else self._start()
+            self.token_auth = _token_auth_on()
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -182,32 +350,29 @@ class RaySession:
             socket.create_connection((host, port), timeout=min(self.connect_timeout, 10.0)).close()
         except OSError as exc:
             raise UserError(f"--address {self.address}: no Ray head answers there ({exc.strerror or exc})") from None
-        # ray.init retries for minutes and its C++ core logs every retry on stderr (fd 2): hold those
-        # lines, and let a watcher give up with one line on a refused token or after connect_timeout.
-        with tempfile.TemporaryFile() as held:
-            saved = os.dup(2)
-            os.dup2(held.fileno(), 2)
-            connected = threading.Event()
-            threading.Thread(target=self._watch, args=(held.fileno(), saved, connected), daemon=True).start()
-            try:
-                ray.init(address=self.address, log_to_driver=False, logging_level=logging.ERROR)
-            except ConnectionError as exc:
-                raise UserError(f"--address {self.address}: {str(exc).strip().splitlines()[0]}") from None
-            finally:
-                connected.set()
-                os.dup2(saved, 2)
-                os.close(saved)
+        # ray.init retries for minutes, its C++ core logging every retry into Ray's output: a watcher gives
+        # up with one line on a refused token or after connect_timeout.
+        self._code = tempfile.mkdtemp(prefix="shannon-code-")
+        connected = threading.Event()
+        threading.Thread(target=self._watch, args=(connected,), daemon=True).start()
+        try:
+            ray.init(address=self.address, log_to_driver=False, logging_level=logging.ERROR,
+                     runtime_env={"working_dir": str(_stage_code(Path(self._code)))})
+        except ConnectionError as exc:
+            raise UserError(f"--address {self.address}: {str(exc).strip().splitlines()[0]}") from None
+        finally:
+            connected.set()
 
-    def _watch(self, held: int, saved: int, connected: threading.Event) -> None:
+    def _watch(self, connected: threading.Event) -> None:
         deadline = time.monotonic() + self.connect_timeout
         while not connected.wait(0.2):
-            refused = b"InvalidAuthToken" in os.pread(held, 1 << 20, 0)
+            refused = self._output.has(b"InvalidAuthToken")
             if refused or time.monotonic() > deadline:
                 reason = ("the cluster refused this command's token: set RAY_AUTH_MODE=token and the cluster's "
                           "RAY_AUTH_TOKEN" if refused else
                           f"Ray did not connect within {self.connect_timeout:g} s (is a Ray head listening there?)")
-                # Written to the saved stderr while fd 2 stays held: Ray's core may log again before _exit.
-                os.write(saved, f"error: --address {self.address}: {reason}\n".encode())
+                # Written to the console while fds 1 and 2 stay on Ray's output: its core may log again before _exit.
+                os.write(self.console.fileno(), f"error: --address {self.address}: {reason}\n".encode())
                 os._exit(2)  # ray.init cannot be interrupted from another thread; nothing local was started
 
     def _start(self) -> None:
@@ -218,13 +383,15 @@ class RaySession:
         self.temp_dir = tempfile.mkdtemp(prefix="shannon-ray-")  # short: Ray's socket paths must fit 107 bytes
         self._tmpdir = os.environ.get("TMPDIR")
         os.environ["TMPDIR"] = self.temp_dir  # the workers' job folders too: a killed worker's go with the session
+        node = {"_node_ip_address": LOOPBACK_NODE} if _loopback_node_available() else {}
         with signals_ignored():  # inherited by Ray's processes (see the module docstring)
             ray.init(address="local", num_cpus=self.cpus, include_dashboard=False, _temp_dir=self.temp_dir,
-                     log_to_driver=False, logging_level=logging.ERROR)
+                     log_to_driver=False, logging_level=logging.ERROR, **node)
 
     def __exit__(self, *exc_info) -> None:
         with signals_ignored():  # a second Ctrl-C must not stop the clean-up
             if ray.is_initialized():
+                self.ports = listening([os.getpid(), *(_marked_pids(self.marker) if self.marker else [])])
                 ray.shutdown()
             if self.marker:
                 self.leftovers = end_marked_processes(self.marker)
@@ -235,6 +402,30 @@ class RaySession:
                     os.environ.pop("TMPDIR", None)
                 else:
                     os.environ["TMPDIR"] = self._tmpdir
+            if self._code:
+                shutil.rmtree(self._code, ignore_errors=True)
+            if self._output is not None:
+                self._output.close()
+                self.log_lines, self.console, self._output = self._output.lines, sys.stderr, None
+
+    def exposure(self) -> str:
+        """One line on where Ray listened (`ports`) and whether a token guards it; "" when nothing was measured."""
+        if not self.ports:
+            return ""
+        every = [port for port in self.ports if port["reach"] == "every interface"]
+        names: dict[str, int] = {}
+        for port in every:
+            name = "this command" if port["pid"] == os.getpid() else port["process"]
+            names[name] = names.get(name, 0) + 1
+        parts = [f"{len(every)} on every interface ({', '.join(f'{n} x{k}' if k > 1 else n for n, k in names.items())}"
+                 f"; Ray 2.60 cannot bind them to loopback)"] if every else []
+        for reach in ("loopback", "this address"):
+            ports = [port for port in self.ports if port["reach"] == reach]
+            if ports:
+                parts.append(f"{len(ports)} on {', '.join(sorted({port['address'] for port in ports}))}")
+        guard = "token authentication on" if self.token_auth else "NO token authentication (set RAY_AUTH_MODE=token)"
+        return (f"Ray's ports{'' if self.mode == 'embedded' else ' here'}: {', '.join(parts)}; {guard}"
+                + ("" if self.mode == "embedded" else " (the cluster's nodes are not seen from here)"))
 
     def check_feasible(self, job: Job, retries: int) -> None:
         """Refuse (UserError) a batch whose tasks, asking what `job` asks, no live node can run."""
@@ -258,10 +449,12 @@ class RaySession:
         gpus = self.resources()["GPU"]
         tasks = {False: ray.remote(max_calls=MAX_CALLS)(_task), True: ray.remote(_task)}  # GPU: Ray's one job per process
         clock = ray.remote(num_cpus=0, max_restarts=0)(_Clock).remote() if job_timeout else None
+        files = {path for job in jobs if (path := input_file(job))}
+        shipped = {path: ray.put(_read_input(path)) for path in sorted(files)}  # once per file, whatever its jobs
         pending, by_name, timed_out = {}, {}, {}
         for job in jobs:
             options = task_options(job, gpus, retries)
-            ref = tasks[options["num_gpus"] > 0].options(**options).remote(job, clock)
+            ref = tasks[options["num_gpus"] > 0].options(**options).remote(job, clock, shipped.get(input_file(job)))
             pending[ref], by_name[job.name] = job, ref
         # A signal only raises a flag here: an exception raised by a handler while Ray's C++ code waits
         # comes out as a SystemError; the loop looks at the flag every half second instead.
