@@ -8,17 +8,17 @@
 Frozen components (mask 0) take no step; the clamp projects each step back into the
 physical ranges (gripper opening, albedos, the sun above the horizon). Kernels:
 `engine.kernels.kinematics.mask_gradient` / `clamp_theta`; the optimiser:
-`engine.autodiff.optim.Adam`.
+`engine.optim.Adam`.
 """
 from __future__ import annotations
 
 import numpy as np
 import taichi as ti
 
-from engine.autodiff.optim import Adam
 from engine.fields import FieldGroup
 from engine.kernels.kinematics import N_THETA, clamp_theta, mask_gradient
 from engine.launch import launch
+from engine.optim import Adam
 
 
 class ThetaAdam:

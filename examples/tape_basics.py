@@ -13,11 +13,11 @@ import taichi as ti
 
 from app.flags import example_parser
 from engine import backend
-from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
 from engine.fields import FieldGroup
 from engine.kernels.elementwise import affine, sin_map, sum_into  # y = a*x + b, z = sin(y), total += sum(values)
 from engine.launch import launch
+from engine.optim import Adam
 
 if __name__ == "__main__":
     args = example_parser(__doc__).parse_args()         # --arch, --headless

@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 import taichi as ti
 
-from engine.autodiff.optim import SGD, Adam
 from engine.autodiff.tape import Tape
 from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.kernels.losses import l2_loss
 from engine.launch import launch
+from engine.optim import SGD, Adam
 from engine.checks.sgd_oracle_problem import oracle_problem, run_sgd_oracle
 
 STEPS = 12

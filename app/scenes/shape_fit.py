@@ -46,13 +46,13 @@ from app.scenes.fit_settings import (ASSETS, DEFAULT_WEIGHTS, LOSS_TERMS, RECOMM
                                      RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END, REAL_TARGETS, TARGETS,
                                      check_subdiv_lr_smooth, check_weights)
 from engine import backend
-from engine.autodiff.optim import Adam
 from engine.autodiff.tape import Tape
 from engine.chamfer_loss import LaplacianSmoother
 from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.fit_loss import FitInputs, Loss, WeightedSum, build_term
 from engine.mesh_io import Mesh, load_mesh, make_mesh, write_mesh
+from engine.optim import Adam
 from engine import meshgen
 
 

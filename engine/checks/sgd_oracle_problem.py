@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import taichi as ti
 
-from engine.autodiff.optim import SGD
 from engine.autodiff.tape import Tape
 from engine.fields import FieldGroup
 from engine.kernels.losses import l2_loss, record_loss
 from engine.launch import launch
 from engine.meshgen import icosphere
+from engine.optim import SGD
 
 LR = 0.05
 STEPS = 200
