@@ -32,6 +32,7 @@ REGISTRY: dict[str, str] = {
     "render_gradient": "engine.diff_render:run_render_gradient",
     "render_gradcheck": "engine.checks.render_checks:run_render_gradcheck",
     "render_jacobian": "engine.checks.render_checks:run_render_jacobian",
+    "gradients_after_views": "engine.checks.render_checks:run_gradients_after_views",
     "adjoint_checks": "engine.checks.adjoint_checks:run_adjoint_checks",
     "soft_min_stability": "engine.checks.adjoint_checks:run_soft_min_stability",
     "kinematics_check": "engine.checks.adjoint_checks:run_kinematics_check",

@@ -48,6 +48,7 @@ import logging
 import numpy as np
 import taichi as ti
 
+from engine.autodiff.grad_kernels import fill_rows
 from engine.autodiff.tape import Tape
 from engine.errors import UserError
 from engine.fields import FieldGroup
@@ -237,6 +238,8 @@ class DiffRenderer:
         custom("render: march (untaped)", self._march, _no_adjoint, reads=[self.theta],
                writes=[self.scene, self.active, self.march_t, self.march_edges, self.slot_pos, self.slot_count])
         n_slots = self.n_slots
+        if self.tape.recording:
+            self._declare_used_rows()
         launch(reduce.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial,
                name="render: theta per slot")
         taped = recording()  # (read here: a custom step's forward runs with the tape paused)
@@ -261,6 +264,21 @@ class DiffRenderer:
                    name="render: forward image, differentiable gradient")
         if self.has_target:
             self._record_loss()
+
+    def _declare_used_rows(self) -> None:
+        """Tell the tape which rows of each gradient this view and slot count use (`Tape.used_rows`): zeroing them
+        alone is 4x less work at 256x128 than the fields' 512x256 (measured: 41 -> ms a taped render)."""
+        n_px = self.n_px
+        for f in (self.theta_slots, self.points, self.values):
+            self.tape.used_rows(f, self.n_slots)
+        for f in (self.colour, self.ratio):
+            self.tape.used_rows(f, raymarch_grad.N_LAYERS * n_px)
+        for f in (self.soft_ratio, self.soft_colour, self.diff_image):
+            self.tape.used_rows(f, n_px)
+        for level, (image, terms) in enumerate(zip(self.images, self.terms)):
+            w, h = self._level_size(level)
+            self.tape.used_rows(image, w * h)
+            self.tape.used_rows(terms, w * h)
 
     def _march(self) -> None:
         """Untaped: the kinematics, the march, and the list of the slots that exist (`n_slots` of them)."""
@@ -288,7 +306,7 @@ class DiffRenderer:
         launch(raymarch_grad.hold, self.scene, self.cam, self.width, self.height, self.slot_pos, n_slots, self.march_t,
                self.march_edges, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.values)
         self.theta_fixed.copy_from(self.theta)
-        self.points.grad.fill(0.0)
+        launch(fill_rows, self.points.grad, n_slots, 0.0)
         launch(raymarch_grad.seed_samples, self.values, n_slots)
         for j in range(raymarch_grad.N_SAMPLES):
             theta = self.theta_slots if jacobian else self.theta_fixed
@@ -297,7 +315,7 @@ class DiffRenderer:
                 launch(raymarch_grad.keep_jacobian, self.theta_slots, n_slots, j, self.jacobian)
         launch(raymarch_grad.hold_gradients, self.points, n_slots, self.held_grad)
         for grad in (self.points.grad, self.values.grad):
-            grad.fill(0.0)
+            launch(fill_rows, grad, n_slots, 0.0)
 
     def _forward_image(self) -> None:
         """Untaped: theta's kinematics on the device, packed with the camera, and the forward renderer's frame."""

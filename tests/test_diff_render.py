@@ -158,6 +158,17 @@ def test_loss_and_gradient_are_bit_identical_run_to_run():
     assert first["loss"] > 0.0 and np.abs(first["grad"]).max() > 0.0
 
 
+def test_a_larger_views_gradient_never_survives_into_a_smaller_ones():
+    """The tape zeroes only the rows of the renderer's gradients that a view used (Tape.used_rows): after a
+    256x128 Jacobian, a 64x32 gradient is the same as before it, and a reset leaves every gradient field zero."""
+    from app.scenes.robot_arm import theta_at
+
+    out = _render_call("cpu", "gradients_after_views", theta=theta_at(0.4))
+    assert out["first_loss"] == out["again_loss"] and np.array_equal(out["first"], out["again"])
+    assert np.abs(out["first"]).max() > 0.0
+    assert np.array_equal(out["left"], np.zeros_like(out["left"])), out["left"]
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_a_pyramid_loss_leaves_the_renderer_as_it_was(arch):
     """A 4-level pyramid evaluation must not change the next full-resolution one. Regression: with the

@@ -350,3 +350,29 @@ def test_the_docstring_example_runs(ti_cpu):
     exec(textwrap.dedent("\n".join(lines[start:end])), namespace)
     assert namespace["tape"].entries == [] and namespace["x"].grad.to_numpy().max() == 0.0
 
+
+
+def test_used_rows_zeroes_the_most_rows_declared_and_reset_forgets_them(ti_cpu):
+    """Tape.used_rows: zero_grad zeroes only the declared rows (the most declared since the last reset); rows
+    beyond keep what they hold; a reset forgets the declaration (the next zero_grad is whole again)."""
+    chain = ChainProblem(X.size, np.float64)
+    chain.x.from_numpy(X)
+    tape = Tape()
+    with tape:
+        chain.forward()
+    tape.used_rows(chain.x, 3)
+    tape.used_rows(chain.x, 5)
+    tape.used_rows(chain.x, 2)
+    tape.backward(chain.loss)
+    full = chain.x.grad.to_numpy()
+    tape.zero_grad()
+    np.testing.assert_array_equal(chain.x.grad.to_numpy()[:5], 0.0)
+    np.testing.assert_array_equal(chain.x.grad.to_numpy()[5:], full[5:])
+    np.testing.assert_array_equal(chain.y.grad.to_numpy(), 0.0)  # undeclared: whole
+    tape.reset()
+    with tape:
+        chain.forward()
+    chain.x.grad.fill(1.0)
+    tape.zero_grad()
+    np.testing.assert_array_equal(chain.x.grad.to_numpy(), 0.0)
+    chain.group.destroy()

@@ -12,3 +12,11 @@ import taichi as ti
 def fill_value(buffer: ti.template(), value: ti.f64):
     for I in ti.grouped(buffer):
         buffer[I] = ti.cast(value, buffer.dtype)  # broadcast to every component of a vector field
+
+
+@ti.kernel
+def fill_rows(buffer: ti.template(), rows: ti.i32, value: ti.f64):
+    """The first `rows` rows (first axis) of `buffer` set to `value`: a field allocated at a maximum size and
+    used at a smaller one is zeroed where it was used (engine.autodiff.tape.Tape.used_rows)."""
+    for I in ti.grouped(ti.ndrange(rows, *buffer.shape[1:])):
+        buffer[I] = ti.cast(value, buffer.dtype)

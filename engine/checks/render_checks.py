@@ -156,3 +156,31 @@ def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, hei
     arm = np.isin(held_layers(r)["material"][0], [raymarch.M_PAINT, raymarch.M_JOINT, raymarch.M_STEEL])
     return {"grad": grad[components], "fd": numeric[components], "pixels": np.int64(mask.sum()),
             "arm_pixels": np.int64((mask & arm).sum())}
+
+
+def run_gradients_after_views(theta: np.ndarray, small: tuple = (64, 32), large: tuple = (256, 128),
+                              max_width: int = 512, max_height: int = 256) -> dict:
+    """The computation "gradients_after_views": the tape zeroes only the rows a view used (`Tape.used_rows`), so
+    a larger view's gradient must not survive into a smaller one's. At the `small` view: loss and gradient ("first");
+    at the `large` view an image Jacobian and a loss gradient; at `small` again ("again", which must equal "first"
+    bit for bit); then a reset, after which "left" (the largest |gradient| of each of the renderer's gradient fields,
+    over the whole field) must be all 0."""
+    r = shared_renderer(max_width, max_height)
+
+    def gradient(width: int, height: int) -> tuple:
+        r.set_view(Camera(), int(width), int(height))
+        r.set_loss("l2", 1, 1.0)
+        r.set_theta(theta)
+        r.set_target(np.zeros((int(height), int(width), 3), np.float32))
+        return r.loss_and_gradient()
+
+    first_loss, first = gradient(*small)
+    gradient(*large)
+    r.image_jacobian()
+    again_loss, again = gradient(*small)
+    r.tape.reset()
+    fields = [r.theta, r.theta_slots, r.points, r.values, r.colour, r.ratio, r.soft_ratio, r.soft_colour,
+              r.diff_image, *r.images, *r.terms, r.loss]
+    left = np.array([float(np.abs(f.grad.to_numpy()).max()) for f in fields])
+    return {"first": first, "again": again, "first_loss": np.float64(first_loss), "again_loss": np.float64(again_loss),
+            "left": left}
