@@ -3,12 +3,15 @@
 The batches run as a user runs them (`python -m app batch ...` in a subprocess, each with a
 timeout, so a hang fails the test instead of the suite): on an embedded Ray with 2 CPUs, and on
 a two-node cluster that the test starts on loopback (head 127.0.0.2, worker 127.0.0.3; Ray
-rewrites 127.0.0.1 to the routable address) and stops by pid. Every process a batch or a cluster
-starts inherits a tag in its environment; after each command none may be left.
+rewrites 127.0.0.1 to the routable address) and stops by pid; its worker node runs in a mount
+namespace where this checkout's packages and the inputs are empty folders, and one test kills it
+mid-job. Every process a batch or a cluster starts inherits a tag in its environment; after each
+command none may be left.
 Sizes are tiny (subdivision 1, 4 iterations, 256 samples): set-up, not fitting, is what costs.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -20,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -533,47 +537,149 @@ def _wait_for_line(log: Path, text: str, process: subprocess.Popen, timeout_s: f
     pytest.fail(f"no '{text}' in {log} after {timeout_s} s: {log.read_text(errors='replace')[-2000:]}")
 
 
-@pytest.mark.slow
-def test_two_node_cluster_on_loopback(targets, singles, tmp_path):
-    needs_ray()
+def _can_hide_paths() -> bool:
+    """Whether this machine lets a user start a process in its own mount namespace (`unshare -Urm`)."""
+    try:
+        return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@contextlib.contextmanager
+def loopback_cluster(tmp_path: Path, tag: str, hide: list[Path] = ()) -> Iterator[tuple[str, dict]]:
+    """A two-node Ray cluster on loopback (head 127.0.0.2, worker 127.0.0.3, 1 CPU each, token authentication),
+    started with `ray start` from a folder of its own, stopped by process group on the way out: (address, env).
+
+    The worker node runs in a mount namespace of its own where each folder of `hide` is an empty tmpfs: its
+    processes cannot read what is there (this checkout's packages, a batch's inputs)."""
     ray_bin = Path(sys.executable).with_name("ray")
-    tag, port = secrets.token_hex(4), _free_port("127.0.0.2")
+    port = _free_port("127.0.0.2")
     env = batch_env(tag, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_USAGE_STATS_ENABLED="0")
     temp = tempfile.mkdtemp(prefix="shannon-rt-")  # short: Ray's socket paths must fit 107 bytes
     common = ["--block", "--num-cpus=1", "--disable-usage-stats", f"--temp-dir={temp}"]
     nodes = []
     try:
-        for name, flags in (("head", ["--head", "--node-ip-address=127.0.0.2", f"--port={port}", "--include-dashboard=false"]),
+        for name, flags in (("head", ["--head", "--node-ip-address=127.0.0.2", f"--port={port}",
+                                      "--include-dashboard=false"]),
                             ("worker", [f"--address=127.0.0.2:{port}", "--node-ip-address=127.0.0.3"])):
+            command = [str(ray_bin), "start", *flags, *common]
+            if name == "worker" and hide:  # sh mounts a tmpfs on each folder before `--`, then runs what follows
+                command = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                           'while [ "$1" != -- ]; do mount -t tmpfs none "$1" || exit 9; shift; done; shift; exec "$@"',
+                           "sh", *map(str, hide), "--", *command]
             log = tmp_path / f"{name}.log"
-            nodes.append(subprocess.Popen([str(ray_bin), "start", *flags, *common], stdout=log.open("w"),
-                                          stderr=subprocess.STDOUT, env=env, start_new_session=True))
+            nodes.append(subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=temp, env=env,
+                                          start_new_session=True))
             _wait_for_line(log, "Ray runtime started", nodes[-1], 120)
+        yield f"127.0.0.2:{port}", env
+    finally:
+        for node in reversed(nodes):
+            _stop(node)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_two_node_cluster_on_loopback(targets, singles, tmp_path):
+    """A batch on a two-node cluster whose worker node cannot see this checkout's code nor the input folder (where
+    the machine allows a mount namespace): its jobs run there all the same, on the code and meshes the batch
+    shipped, with the results of single runs. Then a wrong token and a request no node meets: one line each."""
+    needs_ray()
+    tag = secrets.token_hex(4)
+    hidden = [ROOT / "app", ROOT / "engine", ROOT / "assets", targets] if _can_hide_paths() else []
+    if IN_CI and not hidden:
+        pytest.fail("unshare -Urm is refused here: the worker node would see the checkout and the inputs")
+    with loopback_cluster(tmp_path, tag, hidden) as (address, env):
         out = tmp_path / "out"
         result = subprocess.run([sys.executable, "-m", "app", "batch", "fit", "--targets", str(targets), *SETTINGS,
-                                 "--address", f"127.0.0.2:{port}", "--connect-timeout", "60", "--out", str(out)],
+                                 "--address", address, "--connect-timeout", "60", "--out", str(out)],
                                 capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
         rows = assert_the_batch_of_six(out, targets, singles, result)
         assert_a_line_a_job(result, 12, 10)
         assert {row["node"] for row in rows.values() if row["status"] == "ok"} == {"127.0.0.2", "127.0.0.3"}
         assert len({row["node_id"] for row in rows.values() if row["status"] == "ok"}) == 2
-        assert json.loads((out / "batch.json").read_text())["ray"]["nodes"] == 2
+        summary = json.loads((out / "batch.json").read_text())
+        assert summary["ray"]["nodes"] == 2 and summary["ray"]["token_auth"] is True
+        assert "token authentication on" in result.stdout and not (out / "ray.log").exists()
         refused = subprocess.run([sys.executable, "-m", "app", "batch", "fit", "--targets", "blob", "--out",
-                                  str(tmp_path / "refused"), "--address", f"127.0.0.2:{port}"], capture_output=True,
+                                  str(tmp_path / "refused"), "--address", address], capture_output=True,
                                  text=True, timeout=120, cwd=ROOT, env={**env, "RAY_AUTH_TOKEN": "0" * 32})
-        assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and refused.stdout == ""
         assert "the cluster refused this command's token" in refused.stderr
         # 2 CPUs in all, 1 on each node: a 2-CPU task fits nowhere (Ray would queue it forever, silently)
         too_big = subprocess.run([sys.executable, "-m", "app", "batch", "fit", "--targets", "blob", "--cpus-per-task",
-                                  "2", "--out", str(tmp_path / "too_big"), "--address", f"127.0.0.2:{port}"],
+                                  "2", "--out", str(tmp_path / "too_big"), "--address", address],
                                  capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
         assert too_big.returncode == 2 and too_big.stderr == (
             "error: --cpus-per-task 2: no node of this Ray has 2 CPUs (2 nodes: 2 x 1 CPUs); the tasks would wait "
             "forever\n") and not (tmp_path / "too_big").exists()
-    finally:
-        for node in reversed(nodes):
-            _stop(node)
-        shutil.rmtree(temp, ignore_errors=True)
+    assert_none_left(tag)
+
+
+def _node_raylet(address: str, tag: str) -> int:
+    """The pid of the raylet of the node at `address` started by this test."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if argv[0].endswith(b"/raylet") and f"--node_ip_address={address}".encode() in argv and \
+                    f"SHANNON_TEST_TAG={tag}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return int(pid)
+        except OSError:
+            continue
+    raise AssertionError(f"no raylet of node {address}")
+
+
+def _job_running_under(parent: int, deadline_s: float) -> str | None:
+    """The job a worker of `parent` (a raylet) runs, as soon as one does (Ray titles it ray::batch fit JOB)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                    title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+                    if title.startswith("ray::batch fit "):
+                        return title.removeprefix("ray::batch fit ")
+            except (OSError, UnicodeDecodeError, IndexError, ValueError):
+                continue
+        time.sleep(0.05)
+    return None
+
+
+@pytest.mark.slow
+def test_a_node_lost_mid_job_runs_it_again_elsewhere_with_the_same_results(targets, singles, tmp_path):
+    """The worker node's raylet is SIGKILLed while its worker runs a job: Ray marks the node dead, the job runs again
+    on the head, and every result equals the single run's. Ray's account of the loss (the raylet's last log
+    lines, the notice of the retried task) goes to OUT/ray.log, named in one line: stdout and stderr hold only
+    the batch's own lines."""
+    needs_ray()
+    tag, out = secrets.token_hex(4), tmp_path / "out"
+    with loopback_cluster(tmp_path, tag) as (address, env):
+        batch = subprocess.Popen([sys.executable, "-m", "app", "batch", "fit", "--targets", str(targets / "egg.obj"),
+                                  str(targets / "ring.obj"), *SETTINGS, "--address", address, "--out", str(out)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+        try:
+            raylet = _node_raylet("127.0.0.3", tag)
+            lost = _job_running_under(raylet, 180)
+            os.kill(raylet, signal.SIGKILL)
+            stdout, stderr = batch.communicate(timeout=TIMEOUT)
+        finally:
+            if batch.poll() is None:
+                batch.kill()
+    assert lost is not None, "no job was seen running on the worker node"
+    assert batch.returncode == 0, stderr
+    rows = rows_of(out)
+    assert [row["status"] for row in rows.values()] == ["ok"] * 4
+    assert rows[lost]["node"] == "127.0.0.2"  # the lost job ran again, on the node left
+    for job, single in singles.items():
+        assert_same_as_single(out / "jobs" / job, single)
+    logged = (out / "ray.log").read_text()
+    assert "Raylet is terminated" in logged and "127.0.0.3" in logged, logged[-2000:]
+    lines = json.loads((out / "batch.json").read_text())["ray"]["log_lines"]
+    assert lines == logged.count("\n") - 1 > 10  # the run's header line aside
+    assert f"  Ray's own messages ({lines} lines) -> {out}/ray.log" in stdout.splitlines()
+    assert all(line.startswith(("batch fit: 4 jobs: 4 ok", "  Ray's ports here: ", "  Ray's own messages ",
+                                "  best for ")) for line in stdout.splitlines()), stdout
+    assert all(line.startswith("batch fit: ") and " of 4 done: " in line for line in stderr.splitlines()), stderr
     assert_none_left(tag)
 
 

@@ -91,7 +91,7 @@ def fit_runner(job: Job, folder: Path, mesh: bytes | str | None = None) -> tuple
     fit.json, and the files the fit wrote (fit.json lists them; the folder's lock file is not one).
 
     With `mesh` the fit reads that copy of its target (under the target's file name, so the mesh's name
-    and format are the same), and fit.json and any message name the target as given."""
+    and format are the same), and fit.json, the meshes' headers and any message name the target as given."""
     from app.batch.quality import surface_distance
     from app.scenes.fit_run import run_fit_safely
     from engine import atomic
@@ -107,9 +107,10 @@ def fit_runner(job: Job, folder: Path, mesh: bytes | str | None = None) -> tuple
         result = run_fit_safely(fit_settings(dataclasses.replace(job, settings={**job.settings, "target": local})),
                                 folder)
         record = result.record
-        if "target" in record and local != target:  # fit.json was written: as `fit` on the given path writes it
+        if "target" in record and local != target:  # the files were written: as `fit` on the given path writes them
             record["target"] = target
             atomic.write_json(folder / "fit.json", record)
+            _name_the_target(folder, record["files"], local, target)
         if result.status == "error":
             message = result.message.replace(local, target)
             if "traceback" in record:  # a bug: the row says so, the log keeps the traceback
@@ -123,6 +124,17 @@ def fit_runner(job: Job, folder: Path, mesh: bytes | str | None = None) -> tuple
         if result.status == "ok":
             row.update(surface_distance(local, folder / record["files"][0]))
         return row, record["files"]
+
+
+def _name_the_target(folder: Path, files: list[str], local: str, target: str) -> None:
+    """Name `target` instead of its shipped copy `local` in the fit's OBJ files (their one-line header comment,
+    its whitespace collapsed as `engine.mesh_io.write_mesh` writes it; the other formats carry no header)."""
+    old, new = (" ".join(text.split()).encode() for text in (local, target))
+    for name in files:
+        if name.endswith(".obj"):
+            path = folder / name
+            header, _, body = path.read_bytes().partition(b"\n")
+            path.write_bytes(header.replace(old, new) + b"\n" + body)
 
 
 def render_runner(job: Job, folder: Path) -> tuple[dict, list[str]]:
