@@ -702,6 +702,99 @@ def test_a_cluster_that_does_not_answer_is_one_line_after_the_timeout(tmp_path):
     assert_none_left(tag)
 
 
+def _listening_in_ss(tag: str) -> list[tuple[str, str, int]]:
+    """`ss`'s view of the TCP ports the processes of this test listen on: (process name, address, port)."""
+    import re
+
+    table = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=30, check=True).stdout
+    tagged = {int(entry.split()[0]) for entry in tagged_processes(tag)}
+    found = []
+    for line in table.splitlines():
+        address, _, port = line.split()[3].rpartition(":")
+        for name, pid in re.findall(r'\("([^"]+)",pid=(\d+)', line):
+            if int(pid) in tagged:
+                found.append((name, address.strip("[]"), int(port)))
+    return found
+
+
+@pytest.mark.slow
+def test_an_embedded_batch_says_where_ray_listens_and_refuses_other_tokens(targets, tmp_path):
+    """Ray 2.60 listens on every interface whatever the node's address: the batch measures its processes' ports and
+    says so (stdout, batch.json), as `ss` sees them; its node address is loopback, so nothing listens on a routable
+    address; its GCS refuses a driver with another token. (A long job, interrupted once the probes are done.)"""
+    needs_ray()
+    if shutil.which("ss") is None:
+        pytest.skip("needs ss (iproute2) to see the ports from outside the batch")
+    tag, out = secrets.token_hex(4), tmp_path / "out"
+    batch = subprocess.Popen([sys.executable, "-m", "app", "batch", "fit", "--targets", str(targets / "egg.obj"),
+                              "--subdiv", "1", "--iters", "1000000", "--samples", "256", "--arch", "cpu", "--cpus", "1",
+                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             env=batch_env(tag), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not any("ray::batch fit" in entry for entry in tagged_processes(tag)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        seen = _listening_in_ss(tag)
+        gcs = next(port for name, _, port in seen if name == "gcs_server")
+        other_token = run_batch(["fit", "--targets", "blob", "--out", str(tmp_path / "other"), "--address",
+                                 f"127.0.0.2:{gcs}"], tag, RAY_AUTH_TOKEN="0" * 64)
+        os.killpg(batch.pid, signal.SIGINT)
+        stdout, stderr = batch.communicate(timeout=120)
+    finally:
+        if batch.poll() is None:
+            os.killpg(batch.pid, signal.SIGKILL)
+    assert batch.returncode == 130, stderr
+    assert other_token.returncode == 2 and "the cluster refused this command's token" in other_token.stderr
+    assert {address for _, address, _ in seen} <= {"*", "0.0.0.0", "::", "127.0.0.2"}, seen  # none routable
+    every = {(name, port) for name, address, port in seen if address in ("*", "0.0.0.0", "::")}
+    assert {"gcs_server", "raylet", "python"} <= {name for name, _ in every}, seen  # python: the batch's driver
+    ray = json.loads((out / "batch.json").read_text())["ray"]
+    reported = {(entry["process"], entry["port"]) for entry in ray["ports"] if entry["reach"] == "every interface"}
+    assert {entry for entry in every if entry[0] in ("gcs_server", "raylet", "python")} <= reported, (every, reported)
+    assert ray["token_auth"] is True
+    line = next(line for line in stdout.splitlines() if line.startswith("  Ray's ports: "))
+    assert f"{len(reported)} on every interface (" in line and "this command" in line and "gcs_server" in line
+    assert "Ray 2.60 cannot bind them to loopback" in line and line.endswith("token authentication on")
+    assert_none_left(tag)
+
+
+@pytest.mark.slow
+def test_a_fit_job_reads_the_mesh_it_was_sent_not_its_path(targets, singles, tmp_path):
+    """As on a node without the input folder: the job names a path that does not exist here and carries the mesh's
+    bytes; its files are the single run's on the real path, but for the path they name (fit.json, the OBJ header).
+    A mesh the driver could not read and a broken one are error rows naming the path as given."""
+    gone = f"/nonexistent-{secrets.token_hex(4)}"
+    code = """if True:
+        import json, pathlib, sys
+        from app.batch.execute import run_job
+        from app.batch.jobs import fit_jobs
+        gone, egg, out = sys.argv[1], pathlib.Path(sys.argv[2]).read_bytes(), pathlib.Path(sys.argv[3])
+        base = {"subdiv": 1, "iters": 4, "lr": 0.02, "samples": 256, "seed": 0}
+        ok = run_job(fit_jobs([gone + "/egg.obj"], {}, base, "cpu", 1)[0], egg)
+        for name, data in ok["files"].items():
+            (out / name).write_bytes(data)
+        unread = run_job(fit_jobs([gone + "/a.obj"], {}, base, "cpu", 1)[0], "cannot be read (Permission denied)")
+        broken = run_job(fit_jobs([gone + "/broken.obj"], {}, base, "cpu", 1)[0], b"v 0 0 0\\nnot a mesh\\n")
+        print(json.dumps([ok["row"], unread["row"], broken["row"]]))
+    """
+    result = subprocess.run([sys.executable, "-c", code, gone, str(targets / "egg.obj"), str(tmp_path)],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT, env=batch_env("shipped"))
+    assert result.returncode == 0, result.stderr
+    ok, unread, broken = json.loads(result.stdout.strip().splitlines()[-1])
+    assert ok["status"] == "ok" and ok["chamfer"] > 0, ok
+    single = singles["egg/lr0.02"]
+    record = json.loads((tmp_path / "fit.json").read_text())
+    assert record.pop("target") == f"{gone}/egg.obj"
+    (tmp_path / "fit.json").write_text(json.dumps({**record, "target": str(targets / "egg.obj")}))
+    mesh = (tmp_path / "final.obj").read_bytes()
+    assert mesh.startswith(f"# shape fit onto {gone}/egg.obj, iteration 4\n".encode())
+    (tmp_path / "final.obj").write_bytes(mesh.replace(gone.encode(), str(targets).encode(), 1))
+    assert_same_as_single(tmp_path, single)
+    assert unread["status"] == "error" and unread["error"] == f"mesh file {gone}/a.obj: cannot be read (Permission denied)"
+    assert broken["status"] == "error" and broken["error"].startswith(f"mesh file {gone}/broken.obj: "), broken
+    assert "shannon-input" not in broken["error"]
+
+
 def test_taichi_restarted_per_job_reuses_its_cached_kernels_and_caps_threads(tmp_path):
     """What app.batch.execute relies on (Taichi 1.7.4): TI_CPU_MAX_NUM_THREADS caps the cpu threads;
     `engine.backend.stop` writes the offline cache; a job in a restarted Taichi finds its kernels there
