@@ -2,6 +2,7 @@
 
     from app.scenes.fit_run import run_fit
     from app.scenes.fit_settings import FitSettings
+from app.scenes.run_loop import iterate
 
     result = run_fit(FitSettings("spot", subdiv=4), "out/spot")
     result.status      # "ok", "diverged" or "interrupted" (run_fit_safely adds "error")
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.scenes.fit_settings import FitSettings
+from app.scenes.run_loop import iterate
 from engine import atomic, output_dir
 from engine.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RESULT_BAD, UserError
 from engine.interrupt import StopFlag
@@ -112,67 +114,42 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+@dataclass
+class _Diverged(Exception):
+    """Ends a run: the loss became NaN or infinite (`finite` False), or grew past GROWTH_LIMIT, at `iteration`."""
+
+    iteration: int
+    why: str
+    finite: bool
+
+
 def _run(settings: FitSettings, out: Path, stop: StopFlag) -> FitResult:
-    from app.scenes.shape_fit import FitDiverged, ShapeFit
+    from app.scenes.shape_fit import ShapeFit
     from engine import backend
     from engine.host_costs import IterationCosts
-    from engine.progress import bar
 
     running = backend.init(settings.arch)
     fit = ShapeFit(settings.target, settings.subdiv, settings.lr, settings.smooth, settings.seed, settings.samples,
                    smooth_end=settings.smooth_end, schedule_iters=settings.iterations, losses=settings.weights)
     try:
-        files: list[str] = []
-        previews = []
-        every = settings.dump_every or max(1, settings.iterations // VIDEO_FRAMES)
-        diverged_at, why, final = None, "", None
         costs = IterationCosts()  # launches and host syncs per iteration (engine.host_costs)
         started = time.perf_counter()
-        progress = bar(total=settings.iterations, desc=f"fit {fit.target.name}")
-        for i in range(settings.iterations):
-            if stop:
-                break
-            if settings.dump_every and i % settings.dump_every == 0:
-                name = f"frames/iter_{i:05d}.{settings.mesh_format}"
-                fit.export_mesh(out / name)
-                files.append(name)
-            if settings.video and i % every == 0:
-                previews.append(_preview(fit))
-            try:
-                with costs.iteration(i):
-                    loss = fit.step()
-            except FitDiverged as exc:
-                diverged_at, why = exc.iteration, f"the loss became {exc.loss}"
-                break
-            progress.set_postfix_str(f"loss {loss:.3e}", refresh=False)
-            progress.update()
-            if loss > GROWTH_LIMIT * fit.losses[0]:
-                diverged_at, why = i, f"the loss grew to {loss / fit.losses[0]:.3g} times its first value"
-                break
-        progress.close()
-        if not why.startswith("the loss became"):
-            final = fit.evaluate()  # the loss after the last update: did the run end above where it started?
+        files, previews, ended = _iterations(fit, settings, out, stop, costs)
+        final = fit.evaluate() if ended is None or ended.finite else None  # did the run end above where it started?
         wall = time.perf_counter() - started
-        interrupted = bool(stop) and diverged_at is None and fit.iteration < settings.iterations
-        if diverged_at is None and not interrupted and fit.losses:
-            diverged_at = _diverged_at(fit.losses, final)
-            why = f"the loss ended above its first value ({fit.losses[0]:.3e} -> {final:.3e})" if diverged_at else ""
-        status = "interrupted" if interrupted else "diverged" if diverged_at is not None else "ok"
-        mark = (diverged_at, "diverged") if diverged_at is not None else (fit.iteration, "interrupted") if interrupted \
-            else None
+        status, diverged_at, why = _outcome(fit, settings.iterations, stop, ended, final)
+        mark = {"diverged": (diverged_at, "diverged"), "interrupted": (fit.iteration, "interrupted")}.get(status)
         files += _write_outputs(fit, settings, out, running.name, previews, mark)
         record = {
             "status": status, "target": settings.target, "target_name": fit.target.name, "arch": running.name,
             "backend": running.as_record(), "subdiv": settings.subdiv, "vertices": fit.x.shape[0],
             "iterations": settings.iterations, "iterations_done": fit.iteration, "lr": settings.lr,
             "smooth": settings.smooth, "smooth_end": fit.smooth_end, "weights": fit.weights, "samples": fit.n_samples,
-            "seed": settings.seed,
-            "dump_every": settings.dump_every, "mesh_format": settings.mesh_format, "video": settings.video,
-            "wall_s": round(wall, 3), "orders": fit.orders(), "misses": fit.misses(), "final_loss": _finite(final),
-            "diverged": diverged_at is not None, "diverged_at": diverged_at, "divergence": why or None,
-            "interrupted": interrupted, "signal": stop.signal_name or None,
-            "losses": [_finite(value) for value in fit.losses], "files": [*files, "fit.json"],
-            **costs.record(),
+            "seed": settings.seed, "dump_every": settings.dump_every, "mesh_format": settings.mesh_format,
+            "video": settings.video, "wall_s": round(wall, 3), "orders": fit.orders(), "misses": fit.misses(),
+            "final_loss": _finite(final), "diverged": diverged_at is not None, "diverged_at": diverged_at,
+            "divergence": why or None, "interrupted": status == "interrupted", "signal": stop.signal_name or None,
+            "losses": [_finite(value) for value in fit.losses], "files": [*files, "fit.json"], **costs.record(),
         }
         atomic.write_json(out / "fit.json", record)
         result = FitResult(status, out, record, exit_code=EXIT_CODES[status])
@@ -180,6 +157,53 @@ def _run(settings: FitSettings, out: Path, stop: StopFlag) -> FitResult:
         return result
     finally:
         fit.destroy()
+
+
+def _iterations(fit, settings: FitSettings, out: Path, stop: StopFlag, costs) -> tuple[list[str], list, _Diverged | None]:
+    """The fit's iterations under the run loop: (the frames written, the video's previews, how it diverged or None)."""
+    from app.scenes.shape_fit import FitDiverged
+
+    files: list[str] = []
+    previews = []
+    every = settings.dump_every or max(1, settings.iterations // VIDEO_FRAMES)
+
+    def frame(i: int) -> None:  # the mesh before iteration i
+        if settings.dump_every and i % settings.dump_every == 0:
+            name = f"frames/iter_{i:05d}.{settings.mesh_format}"
+            fit.export_mesh(out / name)
+            files.append(name)
+        if settings.video and i % every == 0:
+            previews.append(_preview(fit))
+
+    def step(i: int) -> str:
+        try:
+            with costs.iteration(i):
+                loss = fit.step()
+        except FitDiverged as exc:
+            raise _Diverged(exc.iteration, f"the loss became {exc.loss}", finite=False) from None
+        if loss > GROWTH_LIMIT * fit.losses[0]:
+            raise _Diverged(i, f"the loss grew to {loss / fit.losses[0]:.3g} times its first value", finite=True)
+        return f"loss {loss:.3e}"
+
+    try:
+        iterate(step, settings.iterations, desc=f"fit {fit.target.name}", stop=stop, on_frame=frame)
+    except _Diverged as exc:
+        return files, previews, exc
+    return files, previews, None
+
+
+def _outcome(fit, iterations: int, stop: StopFlag, ended: _Diverged | None,
+             final: float | None) -> tuple[str, int | None, str]:
+    """(status, the iteration it diverged at or None, why) of a run whose loop ended as `ended` (None: it ran out
+    or was stopped), `final` the loss after its last update."""
+    if ended is not None:
+        return "diverged", ended.iteration, ended.why
+    if stop and fit.iteration < iterations:
+        return "interrupted", None, ""
+    diverged_at = _diverged_at(fit.losses, final) if fit.losses else None
+    if diverged_at is None:
+        return "ok", None, ""
+    return "diverged", diverged_at, f"the loss ended above its first value ({fit.losses[0]:.3e} -> {final:.3e})"
 
 
 def _preview(fit):

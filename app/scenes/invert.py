@@ -27,6 +27,7 @@ from app.flags import add_arch_argument, command_parser
 from app.scenes.inverse_render import (DEFAULT_PERTURB, DEFAULT_T, METHODS, SCAN_SPAN, TOLERANCES, InvertSettings,
                                        Recovery, check_view, load_target_png, png_compare, quantisation_loss,
                                        render_target, side_by_side, verdict_line)
+from app.scenes.run_loop import iterate
 from engine import scene_theta
 from engine.diff_render import COMPARE_KINDS
 from engine.errors import EXIT_OK, EXIT_RESULT_BAD, UserError
@@ -181,7 +182,6 @@ def _invert(args: argparse.Namespace, checked: tuple, target_png: np.ndarray | N
     from engine import atomic, backend, image_io
     from engine.errors import Interrupted
     from engine.interrupt import graceful_stop
-    from engine.progress import bar
 
     perturb, overrides, groups, camera = checked
     truth = theta_at(args.t)
@@ -201,19 +201,18 @@ def _invert(args: argparse.Namespace, checked: tuple, target_png: np.ndarray | N
     noise = quantisation_loss(target) if target_png is not None else 0.0
     rec = Recovery(target, start, known, args.width, args.height, camera, settings, target_noise=noise)
     frames: list[np.ndarray] = []
-    progress = bar(total=rec.most_steps(), desc=f"invert on {running.name}")
     framed = -1  # the step of the last frame
+
+    def frame(_: int) -> None:  # before the recovery's next step: the image it has reached, every --frame-every steps
+        nonlocal framed
+        if rec.image_losses and rec.step_count % args.frame_every == 0 and rec.step_count != framed:
+            frames.append(_frame(rec, target, out))
+            framed = rec.step_count
+
     with graceful_stop() as stop:  # Ctrl-C ends the run; the work so far is written, marked interrupted
-        for phase in rec.steps(stop=lambda: bool(stop)):
-            if rec.step_count % args.frame_every == 0 and rec.step_count != framed:
-                frames.append(_frame(rec, target, out))
-                framed = rec.step_count
-            postfix = f"{phase}: loss {rec.losses[-1]:.3e}" if rec.losses else phase
-            if rec.errors:
-                postfix += f", joints {max(rec.errors[-1][scene_theta.GROUPS['joints']]):.2f} deg"
-            progress.set_postfix_str(postfix, refresh=False)
-            progress.update()
-    progress.close()
+        phases = rec.steps(stop=lambda: bool(stop))  # the recovery asks the flag itself, between its steps
+        iterate(lambda _: _progress_text(rec, next(phases, None)), None, desc=f"invert on {running.name}",
+                on_frame=frame, total=rec.most_steps())
     if rec.step_count != framed:
         frames.append(_frame(rec, target, out))
     verdict = rec.verdict()
@@ -231,6 +230,16 @@ def _invert(args: argparse.Namespace, checked: tuple, target_png: np.ndarray | N
     if rec.interrupted:
         raise Interrupted(stop.signal_name, f"after {rec.step_count} steps; {out}/ holds the work so far")
     return EXIT_OK if verdict["status"] == "converged" else EXIT_RESULT_BAD
+
+
+def _progress_text(rec: Recovery, phase: str | None) -> str | None:
+    """The progress bar's text after a step of `phase` (None: the recovery has ended)."""
+    if phase is None:
+        return None
+    text = f"{phase}: loss {rec.losses[-1]:.3e}" if rec.losses else phase
+    if rec.errors:
+        text += f", joints {max(rec.errors[-1][scene_theta.GROUPS['joints']]):.2f} deg"
+    return text
 
 
 def _record(args, rec: Recovery, verdict: dict, running, truth, start, settings, camera, wall: float) -> dict:
