@@ -7,6 +7,7 @@
     OUT/batch.csv             one row per job: settings, status, figures, wall time, node (address and Ray's id),
                               pid, backend, error
     OUT/batch.json            the summary: command, counts by status, where it ran, the winners, every row
+    OUT/ray.log               what Ray itself printed while a run was up (app.batch.ray_session), if anything
 
 A job folder is assembled beside its place under a hidden name and renamed into place, so it is
 whole or absent; a rerun counts a job done when its folder holds a job.json of the same settings
