@@ -24,11 +24,12 @@ The only module that imports Ray (the optional `batch` extra).
   otherwise put on every worker's sys.path. A fit's mesh file travels as bytes in the object store
   (read here once per file, `ray.put`), in embedded sessions too; the task writes it into its own
   temp folder and fits that copy (app.batch.execute), so no node reads the path the user gave.
-- **Ray's own output** (with `log`): while the session is up, file descriptors 1 and 2 point at that
-  file (appended to), so what Ray prints -- its C++ core on stderr, the driver's thread that relays
-  cluster errors on stdout (on a lost node: the raylet's last 20 log lines, twice, and a notice per
-  retried task), anything its processes inherit -- lands there; `console` is the terminal's stderr
-  for this batch's own lines. A run after which Ray wrote nothing leaves the file as it was.
+- **Ray's own output:** while the session is up, file descriptors 1 and 2 point at `log` (appended to;
+  without one, a temp file that goes with the session), so what Ray prints -- its C++ core on stderr,
+  the driver's thread that relays cluster errors on stdout (on a lost node: the raylet's last 20 log
+  lines, twice, and a notice per retried task), anything its processes inherit -- lands there;
+  `console` is the terminal's stderr for this batch's own lines. A run after which Ray wrote nothing
+  leaves the file as it was.
 - **Ports** (measured with Ray 2.60, `listening`): the GCS, each raylet (two ports), every worker and
   this driver's core worker listen on every interface (0.0.0.0 / ::), whatever the node's address:
   Ray has no setting to bind them to loopback, and `ray.init(_node_ip_address="127.0.0.1")` or
