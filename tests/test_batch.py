@@ -452,6 +452,9 @@ def test_a_killed_worker_is_retried_and_the_batch_completes(targets, singles, tm
     assert killed[0] not in {row["pid"] for row in rows.values()}  # the killed job ran again, elsewhere
     for job, single in singles.items():
         assert_same_as_single(out / "jobs" / job, single)
+    assert "worker died" in (out / "ray.log").read_text()  # Ray's notice, once in our stdout
+    assert all(line.startswith(("batch fit: 4 jobs: 4 ok", "  Ray's ports: ", "  Ray's own messages ", "  best for "))
+               for line in stdout.splitlines()), stdout
     assert_none_left(tag)
 
 
