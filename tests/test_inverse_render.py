@@ -139,7 +139,7 @@ def test_a_scan_finds_an_offset_on_its_grid_and_the_search_never_ends_worse_than
     x = scene_theta.NAMES.index("tile_x")
     start[x] += 1.25 * scene_theta.DEFAULT_PERTURB["letter"]
     rec = Recovery(target, start, truth, 64, 32, settings=InvertSettings(groups=("letter",), scan_points=33,
-                                                                         tile_points=0))
+                                                                         pair_points=0))
     r = renderer()
     r.set_view(rec.camera, 64, 32)
     r.set_target(target)
@@ -153,7 +153,7 @@ def test_a_scan_finds_an_offset_on_its_grid_and_the_search_never_ends_worse_than
     # A search that left the letter 3 perturbations off (beyond the grid around it): the grid around the start,
     # 2 grid steps (0.25 perturbation) from the truth, reaches it.
     rec = Recovery(target, truth + (start - truth) / 5.0, truth, 64, 32,
-                   settings=InvertSettings(groups=("letter",), scan_points=33, tile_points=0))
+                   settings=InvertSettings(groups=("letter",), scan_points=33, pair_points=0))
     list(rec._scan(r, truth + (start - truth) * 2.4, "scan"))
     assert abs(rec.current[x] - truth[x]) < 1e-9 and rec.best_loss <= 1e-12
 
@@ -174,12 +174,12 @@ def _run(generator) -> tuple[list, object]:
             return out, stop.value
 
 
-def test_the_tile_scan_brings_back_a_tile_from_beyond_every_one_parameter_grid():
+def test_the_tile_pair_scan_brings_back_a_tile_from_beyond_every_one_parameter_grid():
     """The tile pushed 3 default perturbations away along x and z (where neither one-parameter grid reaches), the
     start half a perturbation off along x: the scan of the tile's position around the start (one step) ends within
     a grid step (a quarter perturbation) of the truth on both axes, with a lower image loss than where it began;
     with no grid, nothing moves."""
-    from app.scenes.inverse_render import InvertSettings, Recovery, image_loss, render_target, renderer
+    from app.scenes.inverse_render import PAIR_SCANS, InvertSettings, Recovery, image_loss, render_target, renderer
     from app.scenes.robot_arm import theta_at
     from engine import backend, scene_theta
 
@@ -196,13 +196,13 @@ def test_the_tile_scan_brings_back_a_tile_from_beyond_every_one_parameter_grid()
     r.set_target(target)
     before = image_loss(r, far, target)
     rec = Recovery(target, start, truth, 128, 64, settings=InvertSettings(groups=("letter", "letter_angles")))
-    phases, (theta, value) = _run(rec._tile_scan(r, far, before))
+    phases, (theta, value) = _run(rec._pair_scan(r, far, before, PAIR_SCANS[0]))
     assert phases == ["scan"]
     assert value < before and value == image_loss(r, theta, target) == rec.losses[-1]
     assert np.abs(theta[[x, z]] - truth[[x, z]]).max() <= 0.25 * step + 1e-9
 
-    rec = Recovery(target, start, truth, 128, 64, settings=InvertSettings(groups=("letter",), tile_points=0))
-    phases, (theta, value) = _run(rec._tile_scan(r, far, before))
+    rec = Recovery(target, start, truth, 128, 64, settings=InvertSettings(groups=("letter",), pair_points=0))
+    phases, (theta, value) = _run(rec._pair_scan(r, far, before, PAIR_SCANS[0]))
     assert phases == [] and np.array_equal(theta, far) and value == before
 
 
@@ -435,3 +435,31 @@ def test_a_target_image_of_the_wrong_size_is_one_error_line(tmp_path):
     Image.fromarray(np.zeros((10, 20, 3), np.uint8)).save(png)
     result = _invert("--target-image", str(png), *SMALL)
     assert result.returncode == 2 and "is 20x10; the view is 64x32" in result.stderr, result.stderr
+
+
+def test_the_wrist_and_fingers_come_back_together_from_beyond_their_one_parameter_grids():
+    """The wrist turned 3 default perturbations and the fingers 1.5 the other way (a coupled pair of wrong values),
+    the start half a perturbation off along the wrist: the pair scan of (wrist, grip) around the start ends within a
+    grid step of the truth on both, with a lower image loss than where it began."""
+    from app.scenes.inverse_render import PAIR_SCANS, InvertSettings, Recovery, image_loss, render_target, renderer
+    from app.scenes.robot_arm import theta_at
+    from engine import backend, scene_theta
+
+    backend.init("cpu")
+    truth = theta_at(0.5)
+    target = render_target(truth, 256, 128)
+    wrist, grip = scene_theta.NAMES.index("wrist"), scene_theta.NAMES.index("grip")
+    steps = np.array([np.radians(scene_theta.DEFAULT_PERTURB["joints"]), scene_theta.DEFAULT_PERTURB["gripper"]])
+    start, far = truth.copy(), truth.copy()
+    start[wrist] += 0.5 * steps[0]
+    far[[wrist, grip]] += np.array([3.0, -1.5]) * steps
+    r = renderer()
+    r.set_view(Recovery(target, start, truth).camera, 256, 128)
+    r.set_target(target)
+    before = image_loss(r, far, target)
+    rec = Recovery(target, start, truth, settings=InvertSettings(groups=("joints", "gripper")))
+    scan = next(scan for scan in PAIR_SCANS if scan.pair == ("wrist", "grip"))
+    phases, (theta, value) = _run(rec._pair_scan(r, far, before, scan))
+    assert phases == ["scan"]
+    assert value < before and value == image_loss(r, theta, target)
+    assert np.all(np.abs(theta[[wrist, grip]] - truth[[wrist, grip]]) <= 0.25 * steps + 1e-9)

@@ -41,7 +41,7 @@ def test_a_batch_profiles_its_first_step_only(ti_cpu):
     services._fit = None
 
 
-SHORT_SCHEDULE = {"search_evaluations": 30, "scan_points": 3, "tile_points": 3, "lm_iterations": 3,
+SHORT_SCHEDULE = {"search_evaluations": 30, "scan_points": 3, "pair_points": 3, "lm_iterations": 3,
                   "hops": 1}  # ~25 steps, not
 # hundreds (fields the schedule does not have are left out)
 SMALL_VIEW = (64, 32)

@@ -36,8 +36,9 @@ The recovery (`Recovery.steps`), in phases, each marked on the loss plot (`marks
    without the pixels the render does not differentiate (`unpredicted_pixels`: seams, creases, contacts), whose
    flips make the loss near the truth a staircase the Gauss-Newton model cannot see.
 4. further rounds (`hops`), while the image loss is above what a one-tolerance error would leave (the picture
-   says the fit is not there, truth or no truth), each ending in a polish: "search" scans the tile's position
-   as a pair around the start (a tile the search pushed behind the arm), then every parameter alone over
+   says the fit is not there, truth or no truth), each ending in a polish: "search" scans pairs around the start
+   (`PAIR_SCANS`: the tile's position, for a tile the search pushed behind the arm; the wrist and the fingers,
+   for a coupled pair of wrong values), then every parameter alone over
    +-SCAN_SPAN default perturbations around its value and around the start, at full resolution (a small part,
    the wrist or the fingers, that the half-resolution search left in a wrong basin); "adam" restarts from the
    best iterate moved by half the default perturbation (seeded). The best iterate over all of them is kept.
@@ -52,7 +53,7 @@ import logging
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -89,14 +90,32 @@ METHODS = ("search", "adam")
 # and of the start (the truth is at most one from the start; a search can leave a small part, the wrist or the
 # fingers, further off: `scan_grid`).
 SCAN_SPAN = 2.0
-# A scan round first scans the tile's position on the table's plane as a pair (`Recovery._tile_scan`), around the
-# start, its angles at the start's: with the arm fitted, a tile the search pushed behind the arm is a needle
-# that neither a one-parameter scan (the other coordinate keeps it hidden) nor a CMA-ES of the tile's pose from
-# the start finds (measured at t = 0.9 seed 1 and t = 0.4 seed 3: 400 full-resolution renders did not). The grid
-# does: the image loss there is half the hidden tile's within +-0.05 units of the true position, angles 10
-# degrees off, at half resolution too. TILE_POINTS^2 half-resolution renders, about 3 s.
-TILE_SCAN, TILE_GROUPS = ("tile_x", "tile_z"), ("letter", "letter_angles")
-TILE_SPAN, TILE_POINTS = 1.5, 13
+# A scan round first scans pairs of parameters that no one-parameter scan moves alone (`Recovery._pair_scan`): each
+# pair on a PAIR_POINTS^2 grid over +-PAIR_SPAN default perturbations around the start, with the components of its
+# `reset` groups at the start's and the rest as fitted.
+
+
+class PairScan(NamedTuple):
+    pair: tuple[str, str]  # the components scanned together
+    reset: tuple[str, ...]  # groups put back at the start's for the scan
+    half_resolution: bool  # the grid on the search's half-resolution image (4x cheaper), else the image loss
+
+
+PAIR_SCANS = (
+    # The tile's position on the table's plane: with the arm fitted, a tile the search pushed behind the arm is a
+    # needle that neither a one-parameter scan (the other coordinate keeps it hidden) nor a CMA-ES of the tile's
+    # pose from the start finds (measured at t = 0.9 seed 1 and t = 0.4 seed 3: 400 full-resolution renders did
+    # not). The grid does: the image loss there is half the hidden tile's within +-0.05 units of the true
+    # position, angles 10 degrees off, at half resolution too (about 3 s).
+    PairScan(("tile_x", "tile_z"), ("letter", "letter_angles"), half_resolution=True),
+    # The wrist and the fingers: the search can leave them a coupled pair of wrong values (t = 0.8 seed 5: the
+    # wrist 24 degrees and the fingers 0.095 m off) that each one-parameter scan keeps, the other holding it. On
+    # the full-resolution image loss: the half-resolution image ranks them wrongly (measured at t = 0.5: its
+    # minimum is the wrist 10 degrees off; the forward renderer's offset from the target, 8.4e-4, dwarfs what these
+    # small parts change, 1e-5), about 13 s.
+    PairScan(("wrist", "grip"), (), half_resolution=False),
+)
+PAIR_SPAN, PAIR_POINTS = 1.5, 13
 LM_LEVELS = (0, 1)  # the polish's residual: full and half resolution
 # The recovery's image loss is Huber's with this threshold on a pixel channel's difference (linear RGB): the L2
 # loss wherever every difference is below it (an 8-bit PNG's rounding is), linear beyond. Near the truth a
@@ -141,7 +160,7 @@ class InvertSettings:
     method: str = "search"  # "search": CMA-ES, polish, scans; "adam": multi-start, Adam, polish, restarts
     search_evaluations: int = 600  # the CMA-ES search's budget of half-resolution renders
     scan_points: int = 33  # a scan's grid per parameter: -SCAN_SPAN..+SCAN_SPAN default perturbations
-    tile_points: int = TILE_POINTS  # a scan round's grid of the tile's position, per axis (0: none)
+    pair_points: int = PAIR_POINTS  # a scan round's grid of each pair scan (PAIR_SCANS), per axis (0: none)
 
 
 def renderer():
@@ -330,8 +349,8 @@ def check_settings(s: InvertSettings) -> None:
         raise UserError("--iters, --starts and --start-iters must be at least 1, --lm-iters and --hops at least 0")
     if s.method not in METHODS:
         raise UserError(f"--method {s.method}: choose one of {', '.join(METHODS)}")
-    if not (s.search_evaluations >= 1 and s.scan_points >= 3 and s.tile_points >= 0):
-        raise UserError("--search-evals must be at least 1, --scan-points at least 3 and --tile-points at least 0")
+    if not (s.search_evaluations >= 1 and s.scan_points >= 3 and s.pair_points >= 0):
+        raise UserError("--search-evals must be at least 1, --scan-points at least 3 and --pair-points at least 0")
     unknown = [g for g in s.groups if g not in scene_theta.GROUPS]
     if unknown or not s.groups:
         raise UserError(f"--optimise: unknown or no groups {', '.join(unknown)} (groups: "
@@ -680,32 +699,38 @@ class Recovery:
                                   "parameters": [scene_theta.NAMES[i] for i in moving]}
             self._check(r, best)
 
-    def _tile_scan(self, r, theta: np.ndarray, current: float) -> Iterator[str]:
-        """The tile's position on the table's plane (TILE_SCAN) scanned as a pair on a TILE_POINTS^2 grid over
-        +-TILE_SPAN default perturbations around the start, the tile's other components at the start's, on the
-        half-resolution image; the grid's best is kept if its full-resolution image loss is below `current`
-        (theta's). One step; returns (theta, its image loss)."""
+    def _pair_scan(self, r, theta: np.ndarray, current: float, scan: PairScan) -> Iterator[str]:
+        """The components `scan.pair` scanned together on a PAIR_POINTS^2 grid over +-PAIR_SPAN default
+        perturbations around the start, every free component of the `scan.reset` groups at the start's (the tile's
+        height too, which neither the search nor a scan moves, but a polish can: t = 0.8 seed 5 left it 0.18 units
+        off) and the rest as in theta;
+        the grid's best is kept if its full-resolution image loss is below `current` (theta's). One step, none if
+        a component of the pair is not searched; returns (theta, its image loss)."""
         moving, scale = self._searched()
         names = [scene_theta.NAMES[i] for i in moving]
-        if self.settings.tile_points == 0 or not all(n in names for n in TILE_SCAN):
+        if self.settings.pair_points == 0 or not all(n in names for n in scan.pair):
             return theta, current
-        pair = [names.index(n) for n in TILE_SCAN]
-        tile = moving[np.isin([scene_theta.group_of(int(i)) for i in moving], TILE_GROUPS)]
+        axes = moving[[names.index(n) for n in scan.pair]]
+        steps = scale[[names.index(n) for n in scan.pair]]
         base = np.array(theta, np.float64)
-        base[tile] = self.start[tile]
+        free = self.free_now()
+        at_start = free[np.isin([scene_theta.group_of(int(i)) for i in free], scan.reset)]
+        base[at_start] = self.start[at_start]
+        base[axes] = self.start[axes]
         lo, hi = scene_theta.limits()
-        loss = half_resolution_loss(self.target, self.camera)
+        loss = half_resolution_loss(self.target, self.camera) if scan.half_resolution \
+            else (lambda candidate: image_loss(r, candidate, self.target))
         best, best_value = base, math.inf
-        grid = np.linspace(-TILE_SPAN, TILE_SPAN, self.settings.tile_points)
+        grid = np.linspace(-PAIR_SPAN, PAIR_SPAN, self.settings.pair_points)
         for a in grid:
             for b in grid:
                 candidate = base.copy()
-                candidate[moving[pair]] += np.array([a, b]) * scale[pair]
+                candidate[axes] += np.array([a, b]) * steps
                 candidate = np.clip(candidate, lo, hi)
                 value = loss(candidate)
                 if value < best_value:
                     best, best_value = candidate, value
-        value = image_loss(r, best, self.target)
+        value = image_loss(r, best, self.target) if scan.half_resolution else best_value
         if value < current:
             theta, current = best, value
         self._record(current, theta)
@@ -721,7 +746,9 @@ class Recovery:
         self.marks.append((self.step_count, label))
         lo, hi = scene_theta.limits()
         theta = np.array(theta, np.float64)  # its own: the scan moves it in place, and the caller's is the best iterate
-        theta, current = yield from self._tile_scan(r, theta, image_loss(r, theta, self.target))
+        current = image_loss(r, theta, self.target)
+        for scan in PAIR_SCANS:
+            theta, current = yield from self._pair_scan(r, theta, current, scan)
         for i, scale in zip(*self._searched()):
             best = theta[i]
             for value_i in scan_grid(theta[i], self.start[i], scale, s.scan_points):

@@ -64,9 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scan-points", type=int, default=d.scan_points, metavar="N",
                    help=f"a scan's grid per parameter, over +-{SCAN_SPAN:g} default perturbations around its value and "
                         f"around the start (method search; default {d.scan_points})")
-    p.add_argument("--tile-points", type=int, default=d.tile_points, metavar="N",
-                   help="a scan round's grid of the tile's position around the start, per axis (method search; "
-                        f"0: none; default {d.tile_points})")
+    p.add_argument("--pair-points", type=int, default=d.pair_points, metavar="N",
+                   help="a scan round's grid of each pair scanned together around the start (the tile's position; "
+                        f"the wrist and the fingers), per axis (method search; 0: none; default {d.pair_points})")
     p.add_argument("--starts", type=int, default=d.starts, metavar="K",
                    help="method adam: multi-start: K short Adam runs from the start with the base yaw moved by 0, "
                         "+15, -15, "
@@ -125,9 +125,9 @@ def _validate(args: argparse.Namespace) -> tuple[dict[str, float], dict[int, flo
         raise UserError(f"--t {args.t} is outside the timeline: choose 0..1")
     check_view(args.width, args.height)
     if args.iters < 1 or args.frame_every < 1 or args.starts < 1 or args.start_iters < 1 or args.lm_iters < 0 \
-            or args.hops < 0 or args.search_evals < 1 or args.scan_points < 3 or args.tile_points < 0:
+            or args.hops < 0 or args.search_evals < 1 or args.scan_points < 3 or args.pair_points < 0:
         raise UserError("--iters, --frame-every, --starts, --start-iters and --search-evals must be at least 1, "
-                        "--scan-points at least 3, --lm-iters, --hops and --tile-points at least 0")
+                        "--scan-points at least 3, --lm-iters, --hops and --pair-points at least 0")
     if not (args.lr > 0.0 and math.isfinite(args.lr)):
         raise UserError(f"--lr must be a positive number, got {args.lr}")
     if not 1 <= args.levels <= 4:
@@ -196,7 +196,7 @@ def _invert(args: argparse.Namespace, checked: tuple, target_png: np.ndarray | N
                               edge_start=args.edge_start, groups=groups, compare=compare, starts=args.starts,
                               start_iterations=min(args.start_iters, args.iters), lm_iterations=args.lm_iters,
                               hops=args.hops, method=args.method, search_evaluations=args.search_evals,
-                              scan_points=args.scan_points, tile_points=args.tile_points)
+                              scan_points=args.scan_points, pair_points=args.pair_points)
     known = truth if target_png is None else None  # a picture's verdict is its residual's
     noise = quantisation_loss(target) if target_png is not None else 0.0
     rec = Recovery(target, start, known, args.width, args.height, camera, settings, target_noise=noise)
