@@ -55,3 +55,21 @@ assert all(geometric for _, _, geometric in THETA[:N_GEOMETRIC]), "theta: geomet
 _VECTORS = (("tile_x", "tile_y", "tile_z"), ("paint_r", "paint_g", "paint_b"), ("tile_r", "tile_g", "tile_b"),
             ("letter_r", "letter_g", "letter_b"))
 assert all(_INDEX[v[k]] == _INDEX[v[0]] + k for v in _VECTORS for k in range(3)), "theta: a vector's components in order"
+
+# ---- the packed scene: the renderer's parameter array, one table ----
+# (name, width), in order: what the host (engine.render.pack) and the device kinematics (engine.kernels.kinematics)
+# write and the kernels read (engine.kernels.raymarch.load_scene, the camera in `render`); each name's offset is
+# `PACKED_AT[name]` (raymarch's P_* constants). The two spare slots keep every offset where the compiled kernels
+# (and Taichi's offline cache of them) have it.
+PACKED = (
+    ("cam_pos", 3), ("cam_right", 3), ("cam_up", 3), ("cam_fwd", 3),  # the camera: position, then the axes scaled
+    ("base", 4), ("shoulder", 2), ("elbow", 2), ("wrist", 2),  # by tan(fov/2) (right also by the aspect)
+    ("tool", 2), ("grip", 1), ("tile_pos", 3), ("tile_rot", 9), ("spare", 1), ("pixel", 1), ("spare", 1),
+    ("albedo", 9), ("sun", 3),
+)
+PACKED_AT = {}
+_offset = 0
+for _name, _width in PACKED:
+    PACKED_AT.setdefault(_name, _offset)
+    _offset += _width
+N_PACKED = _offset

@@ -1,5 +1,6 @@
-"""The scene's one parameter table (engine.scene_layout.THETA) and what is derived from it: theta's names, groups
-and slots, and the differentiable render's assumption that the SDF reads theta's leading N_GEOMETRIC components."""
+"""The scene's tables (engine.scene_layout.THETA, PACKED) and what is derived from them: theta's names, groups
+and slots, the differentiable render's assumption that the SDF reads theta's leading N_GEOMETRIC components, and the
+packed scene's offsets against the kernels' `Scene`."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,6 +19,25 @@ def test_names_groups_and_slots_come_from_the_one_table_geometric_components_fir
     named = {"yaw": layout.T_YAW, "grip": layout.T_GRIP, "tile_x": layout.T_TILE_POS, "tile_tilt": layout.T_TILE_TILT,
              "paint_r": layout.T_PAINT, "letter_r": layout.T_LETTER, "sun_elevation": layout.T_SUN_ELEVATION}
     assert all(scene_theta.NAMES[i] == name for name, i in named.items())
+
+
+def test_the_packed_layout_is_the_table_and_fits_the_kernels_scene():
+    """raymarch's P_* offsets are the PACKED table's running sums, without overlap or a slot past N_PARAMS, and each
+    member of the kernels' `Scene` is as wide as its rows (the albedos' three RGB members share one row)."""
+    from engine.kernels import raymarch
+
+    starts = np.cumsum([0] + [width for _, width in layout.PACKED])
+    assert starts[-1] == layout.N_PACKED == raymarch.N_PARAMS
+    for (name, width), at in zip(layout.PACKED, starts[:-1]):
+        if name != "spare":
+            assert layout.PACKED_AT[name] == at, name
+    offsets = {name: getattr(raymarch, f"P_{name.upper()}") for name, _ in layout.PACKED if name != "spare"}
+    assert offsets == {name: layout.PACKED_AT[name] for name in offsets}
+    widths = dict(layout.PACKED)
+    members = {name: int(np.prod(getattr(dtype, "get_shape", lambda: ())() or (1,)))
+               for name, dtype in raymarch.Scene.members.items()}
+    assert members.pop("paint") + members.pop("tile") + members.pop("letter") == widths["albedo"]
+    assert members == {name: widths[name] for name in members}
 
 
 @pytest.mark.slow  # a taped render at 128x64

@@ -26,29 +26,30 @@ vulkan), from measurements on this scene:
 """
 import taichi as ti
 
-from engine.scene_layout import (GLYPH, MOVING_SLOT, N_SLOTS, ROW_Z, SLOT_GLYPHS, SLOT_SPACING, SLOT_X0,  # noqa: F401
-                                 TABLE_TOP, TCP_OFFSET, TILE_HALF, TILE_ROUND, TILE_Y, WORD)  # (the scene's layout)
+from engine.scene_layout import (GLYPH, MOVING_SLOT, N_PACKED, N_SLOTS, PACKED_AT, ROW_Z, SLOT_GLYPHS,  # noqa: F401
+                                 SLOT_SPACING, SLOT_X0, TABLE_TOP, TCP_OFFSET, TILE_HALF, TILE_ROUND, TILE_Y,
+                                 WORD)  # (the scene's layout)
 
 vec2 = ti.math.vec2
 vec3 = ti.math.vec3
 
-# ---- parameter layout (float32 slots; engine/render.py packs them) ----
-P_CAM_POS = 0  # camera position (3)
-P_CAM_RIGHT = 3  # right axis scaled by tan(fov/2) * aspect (3)
-P_CAM_UP = 6  # up axis scaled by tan(fov/2) (3)
-P_CAM_FWD = 9  # forward axis (3)
-P_BASE = 12  # arm base x, z, cos(yaw), sin(yaw)
-P_SHOULDER = 16  # joint positions in the arm's plane: (forward distance, height) each
-P_ELBOW = 18
-P_WRIST = 20
-P_TOOL = 22  # cos, sin of the tool's pitch in the arm's plane
-P_GRIP = 24  # lateral offset of each finger from the tool axis
-P_TILE_POS = 25  # moving tile centre (3)
-P_TILE_ROT = 28  # moving tile rotation, world -> tile rows (9)
-P_PIXEL = 38  # angular size of one pixel (for coverage)
-P_ALBEDO = 40  # albedos (RGB) of the arm's paint, the tiles and the letters: 3 x 3
-P_SUN = 49  # unit direction towards the key light (3)
-N_PARAMS = 52
+# ---- parameter layout (float32 slots): engine.scene_layout.PACKED's offsets; engine/render.py packs them ----
+P_CAM_POS = PACKED_AT["cam_pos"]  # camera position (3)
+P_CAM_RIGHT = PACKED_AT["cam_right"]  # right axis scaled by tan(fov/2) * aspect (3)
+P_CAM_UP = PACKED_AT["cam_up"]  # up axis scaled by tan(fov/2) (3)
+P_CAM_FWD = PACKED_AT["cam_fwd"]  # forward axis (3)
+P_BASE = PACKED_AT["base"]  # arm base x, z, cos(yaw), sin(yaw)
+P_SHOULDER = PACKED_AT["shoulder"]  # joint positions in the arm's plane: (forward distance, height) each
+P_ELBOW = PACKED_AT["elbow"]
+P_WRIST = PACKED_AT["wrist"]
+P_TOOL = PACKED_AT["tool"]  # cos, sin of the tool's pitch in the arm's plane
+P_GRIP = PACKED_AT["grip"]  # lateral offset of each finger from the tool axis
+P_TILE_POS = PACKED_AT["tile_pos"]  # moving tile centre (3)
+P_TILE_ROT = PACKED_AT["tile_rot"]  # moving tile rotation, world -> tile rows (9)
+P_PIXEL = PACKED_AT["pixel"]  # angular size of one pixel (for coverage)
+P_ALBEDO = PACKED_AT["albedo"]  # albedos (RGB) of the arm's paint, the tiles and the letters: 3 x 3
+P_SUN = PACKED_AT["sun"]  # unit direction towards the key light (3)
+N_PARAMS = N_PACKED
 
 # ---- scene constants: the layout is engine.scene_layout's (imported above) ----
 
