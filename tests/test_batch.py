@@ -604,11 +604,14 @@ def test_two_node_cluster_on_loopback(targets, singles, tmp_path):
         summary = json.loads((out / "batch.json").read_text())
         assert summary["ray"]["nodes"] == 2 and summary["ray"]["token_auth"] is True
         assert "token authentication on" in result.stdout and not (out / "ray.log").exists()
+        own_temp = tmp_path / "temp"  # the refused command's TMPDIR: its staged copy of our code must go too
+        own_temp.mkdir()
         refused = subprocess.run([sys.executable, "-m", "app", "batch", "fit", "--targets", "blob", "--out",
                                   str(tmp_path / "refused"), "--address", address], capture_output=True,
-                                 text=True, timeout=120, cwd=ROOT, env={**env, "RAY_AUTH_TOKEN": "0" * 32})
+                                 text=True, timeout=120, cwd=ROOT,
+                                 env={**env, "RAY_AUTH_TOKEN": "0" * 32, "TMPDIR": str(own_temp)})
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and refused.stdout == ""
-        assert "the cluster refused this command's token" in refused.stderr
+        assert "the cluster refused this command's token" in refused.stderr and os.listdir(own_temp) == []
         # 2 CPUs in all, 1 on each node: a 2-CPU task fits nowhere (Ray would queue it forever, silently)
         too_big = subprocess.run([sys.executable, "-m", "app", "batch", "fit", "--targets", "blob", "--cpus-per-task",
                                   "2", "--out", str(tmp_path / "too_big"), "--address", address],
@@ -694,10 +697,13 @@ def test_a_cluster_that_does_not_answer_is_one_line_after_the_timeout(tmp_path):
         silent.bind(("127.0.0.2", 0))
         silent.listen()
         started = time.monotonic()
+        temp = tmp_path / "temp"
+        temp.mkdir()
         hung = run_batch(["fit", "--targets", "blob", "--out", str(tmp_path / "a"), "--address",
-                          f"127.0.0.2:{silent.getsockname()[1]}", "--connect-timeout", "5"], tag)
+                          f"127.0.0.2:{silent.getsockname()[1]}", "--connect-timeout", "5"], tag, TMPDIR=str(temp))
         waited = time.monotonic() - started
     assert hung.returncode == 2 and hung.stderr.count("\n") == 1 and waited < 60
+    assert os.listdir(temp) == []  # the staged copy of our code did not outlive the command
     assert hung.stderr.startswith("error: --address 127.0.0.2:") and "did not connect within 5 s" in hung.stderr
     nobody = run_batch(["fit", "--targets", "blob", "--out", str(tmp_path / "b"), "--address",
                         f"127.0.0.2:{_free_port('127.0.0.2')}"], tag)

@@ -374,7 +374,8 @@ class RaySession:
                           f"Ray did not connect within {self.connect_timeout:g} s (is a Ray head listening there?)")
                 # Written to the console while fds 1 and 2 stay on Ray's output: its core may log again before _exit.
                 os.write(self.console.fileno(), f"error: --address {self.address}: {reason}\n".encode())
-                os._exit(2)  # ray.init cannot be interrupted from another thread; nothing local was started
+                shutil.rmtree(self._code, ignore_errors=True)  # _exit skips __exit__
+                os._exit(2)  # ray.init cannot be interrupted from another thread; nothing else local was started
 
     def _start(self) -> None:
         self.marker = secrets.token_hex(8)
