@@ -572,8 +572,9 @@ def loopback_cluster(tmp_path: Path, tag: str, hide: list[Path] = ()) -> Iterato
                            'while [ "$1" != -- ]; do mount -t tmpfs none "$1" || exit 9; shift; done; shift; exec "$@"',
                            "sh", *map(str, hide), "--", *command]
             log = tmp_path / f"{name}.log"
-            nodes.append(subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=temp, env=env,
-                                          start_new_session=True))
+            # TMPDIR: the folders of a job whose node is killed stay (Ray cannot clean them): here, in `temp`
+            nodes.append(subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=temp,
+                                          env={**env, "TMPDIR": temp}, start_new_session=True))
             _wait_for_line(log, "Ray runtime started", nodes[-1], 120)
         yield f"127.0.0.2:{port}", env
     finally:
