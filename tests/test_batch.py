@@ -885,3 +885,19 @@ def test_a_task_asks_for_a_gpu_only_for_cuda_on_a_cluster_that_has_one(arch, gpu
     options = task_options(job, gpus, retries=2)
     assert options["num_gpus"] == expected and options["num_cpus"] == 3 and options["max_retries"] == 2
     assert options["retry_exceptions"] is False and options["name"] == "batch fit blob/default"
+
+
+def test_a_fit_grid_sweeps_each_loss_terms_weight_as_the_fit_flag():
+    """Every loss term's weight (app.scenes.fit_settings.LOSS_TERMS) is a grid key and a `batch fit` flag, and a job
+    passes it on as the `fit` flag `--NAME-weight`, which the fit's own parser accepts."""
+    from app.batch import cli
+    from app.scenes.fit_settings import LOSS_TERMS
+
+    assert {f"{term.name}_weight" for term in LOSS_TERMS} <= set(job_specs.FIT_KEYS)
+    args = cli._parser().parse_args(["fit", "--targets", "blob", "--out", "o", "--grid", "edge_weight=0,0.01",
+                                     "--chamfer-weight", "2", "--subdiv", "1", "--iters", "4"])
+    jobs = cli._fit_jobs(args, "cpu")
+    assert [job.settings["edge_weight"] for job in jobs] == [0.0, 0.01]
+    argv = job_specs.fit_argv(jobs[1].settings, "cpu", "o")
+    assert argv[argv.index("--edge-weight") + 1] == "0.01" and argv[argv.index("--chamfer-weight") + 1] == "2.0"
+    assert job_specs.fit_settings(jobs[1]).weights == {"chamfer": 2.0, "edge": 0.01}

@@ -34,7 +34,7 @@ from typing import TextIO
 
 from app.batch import jobs as job_specs
 from app.batch import store
-from app.scenes.fit_settings import RECOMMENDED_ITERS, RECOMMENDED_LR
+from app.scenes.fit_settings import LOSS_TERMS, RECOMMENDED_ITERS, RECOMMENDED_LR
 from engine.errors import EXIT_OK, EXIT_RESULT_BAD, Interrupted, UserError
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
                           help="smoothing weight at the last iteration (default: the recommended schedule)")
     settings.add_argument("--samples", type=int, default=None, help="(default: the fit's)")
     settings.add_argument("--seed", type=int, default=0, help="(default 0)")
+    for term in LOSS_TERMS:
+        settings.add_argument(f"--{term.name}-weight", type=float, default=None, metavar="W",
+                              help=f"the {term.name} term's weight in the loss (default {term.weight:g})")
     fit.add_argument("--report", action="store_true", help="also write OUT/report.png: quality against each swept setting")
     render = kinds.add_parser("render", parents=[common], help="frames of the robot-arm scene, split into tasks",
                               description="Frames of `python -m app render`, split into tasks.")

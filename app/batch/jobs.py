@@ -28,12 +28,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.scenes.fit_settings import TARGETS, FitSettings
+from app.scenes.fit_settings import LOSS_TERMS, TARGETS, FitSettings
 from engine.errors import UserError
 from engine.mesh_io import FORMATS
 
 FIT_KEYS = {"subdiv": int, "iters": int, "lr": float, "smooth": float, "smooth_end": float, "samples": int,
-            "seed": int}  # every setting of a fit job, as the `fit` flag of the same name (smooth_end: --smooth-end)
+            "seed": int, **{f"{term.name}_weight": float for term in LOSS_TERMS}}
+# ^ every setting of a fit job, as the `fit` flag of the same name (smooth_end: --smooth-end; each loss term's
+# weight: --NAME-weight)
 INVERT_KEYS = {"seed": int, "t": float, "iters": int, "lr": float, "starts": int, "lm_iters": int, "hops": int,
                "method": str, "search_evals": int}
 # ^ what `batch invert --grid` sweeps (lm_iters is `invert --lm-iters`); each job is `python -m app invert`,
