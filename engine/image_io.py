@@ -1,15 +1,20 @@
-"""Image output: sRGB encoding, PNG / float (npy, EXR) / GIF / MP4 writing, false-colour maps. All writes are atomic.
+"""Image output: sRGB encoding, PNG / float (npy, EXR) / GIF / MP4 writing, false-colour maps and their legends.
+All writes are atomic.
 
 Used by the renderer's CLI, the parity claim and the GUI. Inputs are numpy arrays:
 linear RGB in [0, 1] (H, W, 3) float32, or scalar maps (H, W). PNGs can carry text
 chunks (`tEXt`), which is where an 8-bit AOV says what range of values it encodes and a
-frame says who drew it (`png_edges_text`, read back by `png_edges`).
+frame says who drew it (`png_edges_text`, read back by `png_edges`). `with_legend` draws a `Legend` (a title
+with units, a colour bar with ticks, swatches) in a strip under a false-colour picture, so that the PNG is read
+without the docs; `depth_legend`, `steps_legend` and `normals_legend` are the AOVs' legends.
 """
 from __future__ import annotations
 
 import io
+import math
 import os
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 from PIL import Image, PngImagePlugin
@@ -159,6 +164,16 @@ def depth_range(depth: np.ndarray, far: float) -> tuple[float, float] | None:
     return (float(d[hit].min()), float(d[hit].max())) if hit.any() else None
 
 
+def _near_fraction(depth: np.ndarray, near: float, far: float) -> np.ndarray:
+    """Where a depth lies between the farthest (0) and the nearest (1) hit, linear in 1/depth."""
+    return (1.0 / depth - 1.0 / far) / max(1.0 / near - 1.0 / far, 1e-12)
+
+
+def _depth_grey(fraction: np.ndarray) -> np.ndarray:
+    """`_near_fraction` -> grey level 0..1: the farthest hit dark grey (0.15, 38 of 255), the nearest white."""
+    return 0.15 + 0.85 * fraction
+
+
 def depth_image(depth: np.ndarray, far: float) -> np.ndarray:
     """Depth -> grey uint8 by inverse depth (resolves near objects against a far floor):
     the nearest hit (`depth_range`) is white, the farthest dark grey (38), escaped rays (depth >= far) black."""
@@ -167,9 +182,7 @@ def depth_image(depth: np.ndarray, far: float) -> np.ndarray:
     span = depth_range(d, far)
     if span is None:
         return np.zeros(d.shape, np.uint8)
-    inv = np.where(hit, 1.0 / np.where(hit, d, 1.0), 0.0)
-    lo, hi = 1.0 / span[1], 1.0 / span[0]
-    g = 0.15 + 0.85 * (inv - lo) / max(hi - lo, 1e-12)
+    g = _depth_grey(_near_fraction(np.where(hit, d, span[1]), *span))
     return np.where(hit, g * 255.0 + 0.5, 0.0).astype(np.uint8)
 
 
@@ -218,3 +231,122 @@ def caption_panel(panel: np.ndarray, caption: str, labels: Sequence[str] = ()) -
     for k, label in enumerate(labels):
         draw.text((int(k * width) + 3, 13), label, fill=(180, 200, 255), font=font)
     return np.asarray(image)
+
+
+@dataclass(frozen=True)
+class Legend:
+    """What the strip under an image (`with_legend`) says: a title with the units, a colour bar with ticks, swatches.
+
+    `bar` maps positions along the bar (0 = left end, 1 = right end; (N,) float) to the colours the image uses
+    there (uint8 RGB (N, 3)); `ticks` are (position, label) pairs on it; `swatches` are (RGB, label) pairs for
+    colours that are not on a scale (no hit, an axis)."""
+
+    title: str
+    bar: Callable[[np.ndarray], np.ndarray] | None = None
+    ticks: tuple[tuple[float, str], ...] = ()
+    swatches: tuple[tuple[tuple[int, int, int], str], ...] = ()
+
+
+LEGEND_MIN_WIDTH = 360  # a narrower image is padded on the right so that the legend's text fits
+LEGEND_HEIGHT = 58  # rows added under the image
+_LEGEND_FONT_PX = 11
+_BAR_ROWS = (20, 32)  # the colour bar's rows within the strip; the title above it, tick labels under it
+_MARGIN = 10  # pixels left and right of the bar (a label centred on an end tick still fits)
+_BACKGROUND = (24, 24, 24)
+
+
+def legend_bar_box(width: int, legend: Legend) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) pixel bounds of the colour bar in `with_legend`'s output for an image `width`
+    wide (rows counted from the strip's top; add the image's height): where its colours and ticks are."""
+    canvas = max(width, LEGEND_MIN_WIDTH)
+    swatches = 0 if not legend.swatches else canvas // 3
+    return _BAR_ROWS[0], _BAR_ROWS[1], _MARGIN, canvas - _MARGIN - swatches
+
+
+def with_legend(pixels: np.ndarray, legend: Legend) -> np.ndarray:
+    """An image (uint8 (H, W) grey or (H, W, 3)) with `legend` drawn in a strip under it: (H + LEGEND_HEIGHT,
+    max(W, LEGEND_MIN_WIDTH), 3) uint8. The image's own pixels are unchanged, at the top left. Tick labels that
+    would overlap an earlier one are left out (so list the ones that matter, e.g. the data's ends, first)."""
+    from PIL import ImageDraw, ImageFont
+
+    pixels = np.asarray(pixels, np.uint8)
+    rgb = np.repeat(pixels[..., None], 3, axis=-1) if pixels.ndim == 2 else pixels
+    height, width = rgb.shape[:2]
+    canvas = np.empty((height + LEGEND_HEIGHT, max(width, LEGEND_MIN_WIDTH), 3), np.uint8)
+    canvas[:] = _BACKGROUND
+    canvas[:height, :width] = rgb
+    top, bottom, left, right = legend_bar_box(width, legend)
+    if legend.bar is not None:
+        positions = (np.arange(left, right) - left + 0.5) / (right - left)
+        canvas[height + top:height + bottom, left:right] = np.asarray(legend.bar(positions), np.uint8)[None]
+    image = Image.fromarray(canvas)
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.load_default(size=_LEGEND_FONT_PX)
+    text = (235, 235, 235)
+    draw.text((_MARGIN, height + 3), legend.title, fill=text, font=font)
+    taken: list[tuple[float, float]] = []
+    for position, label in legend.ticks if legend.bar is not None else ():
+        x = left + position * (right - left)
+        label_width = draw.textlength(label, font=font)
+        start = min(max(x - label_width / 2, 1.0), canvas.shape[1] - label_width - 1)
+        if any(a < start + label_width + 6 and start - 6 < b for a, b in taken):
+            continue
+        taken.append((start, start + label_width))
+        draw.line([(x, height + bottom), (x, height + bottom + 3)], fill=text)
+        draw.text((start, height + bottom + 4), label, fill=text, font=font)
+    # beside the bar in columns of three; without a bar in one row under the title
+    rows = 3 if legend.bar is not None else 1
+    x0 = right + _MARGIN if legend.bar is not None else _MARGIN
+    column_width = (canvas.shape[1] - x0) // max(math.ceil(len(legend.swatches) / rows), 1)
+    for k, (colour, label) in enumerate(legend.swatches):
+        column, row = divmod(k, rows)
+        sx, sy = x0 + column * column_width, height + _BAR_ROWS[0] + 13 * row - 2
+        draw.rectangle([sx, sy, sx + 9, sy + 9], fill=tuple(colour), outline=(140, 140, 140))
+        draw.text((sx + 13, sy - 1), label, fill=text, font=font)
+    return np.asarray(image)
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round values (1, 2 or 5 times a power of ten apart) within [lo, hi], about `count` of them."""
+    if not hi > lo:
+        return [lo]
+    step = 10.0 ** math.floor(math.log10((hi - lo) / count))
+    step *= next(m for m in (1, 2, 5, 10) if (hi - lo) / (step * m) <= count)
+    return [k * step for k in range(math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9) + 1)]
+
+
+NO_HIT = ((0, 0, 0), "no hit")
+
+
+def depth_legend(depth: np.ndarray, far: float) -> Legend:
+    """`depth_image`'s legend: a grey bar from the nearest hit (left, white) to the farthest (right), its ticks at
+    those two depths and round depths between them, in metres."""
+    span = depth_range(depth, far)
+    if span is None:
+        return Legend("depth: no ray hit anything", swatches=(NO_HIT,))
+    near, farthest = span
+
+    def grey(positions: np.ndarray) -> np.ndarray:
+        level = (_depth_grey(1.0 - positions) * 255.0 + 0.5).astype(np.uint8)
+        return np.repeat(level[:, None], 3, axis=1)
+
+    def at(d: float) -> float:  # a depth's position on the bar: the fraction of the way in 1/depth, far side right
+        return float(1.0 - _near_fraction(np.float64(d), near, farthest))
+
+    ticks = [(at(near), f"{near:.3g}"), (at(farthest), f"{farthest:.3g}")]
+    ticks += [(at(d), f"{d:g}") for d in nice_ticks(near, farthest, 8) if near < d < farthest]  # 1/depth crowds the far end
+    return Legend("depth along the ray (m), grey linear in 1/depth", grey, tuple(ticks), (NO_HIT,))
+
+
+def steps_legend(max_steps: int) -> Legend:
+    """The march-steps heat map's legend (`heatmap(steps, 0, max_steps)`): its ramp with round step counts."""
+    ticks = tuple((v / max_steps, f"{v:g}") for v in nice_ticks(0, max_steps))
+    return Legend(f"ray-march steps per pixel (0 .. {max_steps}, the march's limit)",
+                  lambda positions: heatmap(positions * max_steps, 0, max_steps), ticks)
+
+
+def normals_legend() -> Legend:
+    """`normal_image`'s legend: the colour of a normal along each world axis (y up)."""
+    axes = [(sign * np.eye(3)[k], f"{'+' if sign > 0 else '-'}{name}") for k, name in enumerate("xyz") for sign in (1, -1)]
+    swatches = tuple((tuple(int(c) for c in normal_image(n[None])[0]), label) for n, label in axes)
+    return Legend("world-space unit normal n as RGB = 0.5 + 0.5 n (y up)", swatches=swatches + (NO_HIT,))

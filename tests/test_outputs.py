@@ -103,8 +103,50 @@ def test_render_writes_floats_only_when_asked_and_labels_its_aovs(tmp_path):
     near, far = image_io.depth_range(depth, MAX_DEPTH)
     assert f"nearest hit {near:.4g} m" in record["aovs"]["depth.png"] and f"farthest hit {far:.4g} m" in \
         record["aovs"]["depth.png"]
-    grey = np.asarray(Image.open(out / "depth.png"))
+    grey = np.asarray(Image.open(out / "depth.png"))[:32, :64, 0]  # the picture; its legend is under it
     assert grey[depth == depth[depth < MAX_DEPTH].min()].max() == 255  # the labelled nearest hit is white
+    for name, legend in (("depth.png", image_io.depth_legend(depth, MAX_DEPTH)),
+                         ("normals.png", image_io.normals_legend()), ("steps.png", image_io.steps_legend(160))):
+        drawn = np.asarray(Image.open(out / name).convert("RGB"))
+        assert drawn.shape == (32 + image_io.LEGEND_HEIGHT, image_io.LEGEND_MIN_WIDTH, 3)
+        np.testing.assert_array_equal(drawn, image_io.with_legend(drawn[:32, :64], legend))
+
+
+def _tick_labels(legend: image_io.Legend) -> list[float]:
+    return [float(label) for _, label in legend.ticks]
+
+
+def test_aov_legend_shows_the_colours_and_the_values_of_the_data():
+    from engine.kernels.raymarch import MAX_STEPS
+
+    depth = np.full((40, 400), 50.0)  # 50: escaped rays (the march's far limit here)
+    depth[10:30, 20:380] = np.linspace(1.37, 8.9, 360)[None]
+    picture = image_io.depth_image(depth, 50.0)
+    legend = image_io.depth_legend(depth, 50.0)
+    drawn = image_io.with_legend(picture, legend)
+    assert drawn.shape == (40 + image_io.LEGEND_HEIGHT, 400, 3)
+    np.testing.assert_array_equal(drawn[:40, :, 0], picture)  # the picture itself untouched
+    values = _tick_labels(legend)
+    assert values[:2] == [1.37, 8.9] and all(1.37 < v < 8.9 for v in values[2:])  # the data's ends, then round values
+    top, bottom, left, right = image_io.legend_bar_box(400, legend)
+    bar = drawn[40 + top:40 + bottom, left:right]
+    assert (bar == bar[:1]).all()  # one colour per column
+    for (position, label) in legend.ticks:  # the bar under each tick has the picture's grey for that depth
+        column = min(int(left + position * (right - left)), right - 1)
+        expected = picture[20, np.abs(depth[20] - float(label)).argmin()]  # the picture's pixel nearest that depth
+        assert abs(int(bar[0, column - left, 0]) - int(expected)) <= 3, (label, bar[0, column - left], expected)
+    assert bar[0, 0, 0] == 255 and bar[0, -1, 0] <= 40  # nearest white at the left, farthest dark grey at the right
+    labels = drawn[40 + bottom + 4:, left:right]  # tick labels are drawn (light text on the dark strip)
+    assert (labels.max(axis=-1) > 200).sum() > 20
+    steps = image_io.steps_legend(MAX_STEPS)
+    assert _tick_labels(steps)[0] == 0 and max(_tick_labels(steps)) <= MAX_STEPS
+    top, bottom, left, right = image_io.legend_bar_box(400, steps)
+    ramp = image_io.with_legend(np.zeros((4, 400), np.uint8), steps)[4 + top, left:right]
+    ends = image_io.heatmap(np.array([0.0, MAX_STEPS]), 0, MAX_STEPS)  # the bar's pixel centres are half a pixel in
+    assert np.abs(ramp[[0, -1]].astype(int) - ends).max() <= 2
+    normals = image_io.normals_legend()
+    assert [label for _, label in normals.swatches] == ["+x", "-x", "+y", "-y", "+z", "-z", "no hit"]
+    assert normals.swatches[2][0] == tuple(image_io.normal_image(np.array([[0.0, 1.0, 0.0]]))[0])
 
 
 def test_render_animation_gif_and_mp4_play_at_the_asked_rate(tmp_path):

@@ -3,8 +3,9 @@
 One frame (default t = 0.5, 2048x1024): `frame.png` (sRGB); with `--aov all` also
 `depth.png` (inverse depth: white = nearest hit, dark grey = farthest, black = no hit),
 `normals.png` (0.5 + 0.5 n, world space) and `steps.png` (march-step heat map). Each
-AOV PNG names the range of values it encodes in a PNG text chunk, and `render.json`
-records them with the settings and the backend that ran. Float outputs are opt-in:
+AOV PNG has a legend drawn under the picture (`engine.image_io.with_legend`: a colour bar with
+its units and ticks, swatches for no hit and the axes), names the range of values it encodes in a
+PNG text chunk, and `render.json` records them with the settings and the backend that ran. Float outputs are opt-in:
 `--float npy|exr` adds `frame.npy|exr` (linear float32 RGB) and, with `--aov all`,
 `depth` (metres along the ray; escaped rays hold the march's far limit) and `normals`.
 
@@ -170,12 +171,14 @@ def _write_aovs(renderer, out: Path, args: argparse.Namespace) -> tuple[list[str
     from engine.render import MAX_DEPTH, MAX_STEPS
 
     labels = _aov_labels(renderer)
-    images = {"depth.png": image_io.depth_image(renderer.depth(), MAX_DEPTH),
-              "normals.png": image_io.normal_image(renderer.normals()),
-              "steps.png": image_io.heatmap(renderer.steps(), 0, MAX_STEPS)}
+    depth = renderer.depth()
+    images = {"depth.png": (image_io.depth_image(depth, MAX_DEPTH), image_io.depth_legend(depth, MAX_DEPTH)),
+              "normals.png": (image_io.normal_image(renderer.normals()), image_io.normals_legend()),
+              "steps.png": (image_io.heatmap(renderer.steps(), 0, MAX_STEPS), image_io.steps_legend(MAX_STEPS))}
     written = []
-    for name, pixels in images.items():
-        image_io.write_png(out / name, pixels, text={"Description": labels[name], "Software": "shannon-autograd"})
+    for name, (pixels, legend) in images.items():
+        image_io.write_png(out / name, image_io.with_legend(pixels, legend),
+                           text={"Description": labels[name], "Software": "shannon-autograd"})
         written.append(name)
     if args.float_format != "none":
         for name, data in (("depth", renderer.depth()), ("normals", renderer.normals())):
