@@ -7,6 +7,8 @@ mesh has the target's shape; the desktop app has its own GL views.
     image = render(vertices, faces, size=320)                 # PIL image, mesh centred and scaled to fit
     image = render(vertices, faces, size=320, extent=1.2)     # fixed frame: [-1.2, 1.2] around the origin
     row = side_by_side([(target_v, target_f), (fit_v, fit_f)], size=320, extent=1.2)   # one image, side by side
+    ghost = Ghost(target_v, target_f, size=320, extent=1.2)   # the target, drawn once
+    frame = ghost.under(render(fit_v, fit_f, size=320, extent=1.2))   # the mesh over the target's faint silhouette
 """
 from __future__ import annotations
 
@@ -64,6 +66,40 @@ def render(vertices: np.ndarray, faces: np.ndarray, size: int = 320, yaw: float 
         region[nearer] = z[nearer]
         image[lo_y:hi_y, lo_x:hi_x][nearer] = np.array(colour) * shade[f]
     return Image.fromarray(image.astype(np.uint8))
+
+
+GHOST_FILL = np.array([205.0, 220.0, 245.0])  # the target's silhouette behind the mesh: a pale blue
+GHOST_EDGE = np.array([60.0, 110.0, 200.0])  # its outline, drawn over the mesh too (where the mesh overshoots)
+
+
+class Ghost:
+    """A target mesh's silhouette, rendered once, to put behind each frame of a fit (the progress video).
+
+    `under(frame)`: the frame (a `render` of the fitted mesh in the same view, white background) with the
+    silhouette's fill where the frame shows background and its outline on top everywhere."""
+
+    def __init__(self, vertices: np.ndarray, faces: np.ndarray, **view) -> None:
+        covered = np.asarray(render(vertices, faces, **view)).min(axis=-1) < 255  # shaded pixels are never white
+        # the outline: two pixels wide across the silhouette's border (one pixel did not survive the video's codec)
+        self.fill, self.edge = covered, _grow(covered) & _grow(~covered)
+
+    def under(self, frame: Image.Image) -> np.ndarray:
+        """uint8 RGB (H, W, 3): `frame` with the ghost behind it and its outline over it."""
+        pixels = np.asarray(frame).astype(np.float64)
+        background = pixels.min(axis=-1) == 255
+        pixels[self.fill & background] = GHOST_FILL
+        pixels[self.edge] = GHOST_EDGE
+        return pixels.astype(np.uint8)
+
+
+def _grow(mask: np.ndarray) -> np.ndarray:
+    """`mask` with every pixel next to one of its pixels (left, right, up, down) added."""
+    grown = mask.copy()
+    grown[1:] |= mask[:-1]
+    grown[:-1] |= mask[1:]
+    grown[:, 1:] |= mask[:, :-1]
+    grown[:, :-1] |= mask[:, 1:]
+    return grown
 
 
 def side_by_side(meshes: list[tuple[np.ndarray, np.ndarray]], **kwargs) -> Image.Image:

@@ -242,3 +242,28 @@ def test_verbosity_flags_steer_the_log(tmp_path):
     assert "cleared 1 file(s) an earlier run left in" in default and "debug:" not in default
     assert "cleared" not in quiet and quiet.splitlines()[-1].startswith("error: backend vulkan is not available")
     assert "debug: " in verbose and "is locked for this run" in verbose
+
+
+def test_fit_video_frames_show_the_target_as_a_ghost_under_a_caption(tmp_path):
+    import imageio.v2 as imageio
+
+    from app.mesh_preview import GHOST_EDGE, GHOST_FILL
+    from app.scenes.fit_run import VIDEO_SIZE, video_caption
+
+    result = subprocess.run([sys.executable, "-m", "app", "fit", "--target", "spot", "--subdiv", "1", "--iters", "3",
+                             "--video", "--arch", "cpu", "-q", "--out", str(tmp_path)], capture_output=True, text=True,
+                            timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    frames = [frame for frame in imageio.get_reader(tmp_path / "progress.mp4")]  # list() asks its length: inf
+    assert len(frames) == 3 and frames[0].shape == (VIDEO_SIZE + 14, VIDEO_SIZE, 3)  # a 14-row caption strip on top
+
+    def blue(frame: np.ndarray) -> int:  # the ghost's pixels: the mesh is orange (red > blue), the background white
+        picture = frame[14:].astype(int)
+        return int((picture[..., 2] - picture[..., 0] > 30).sum())
+
+    assert GHOST_FILL[2] - GHOST_FILL[0] > 30 and GHOST_EDGE[2] - GHOST_EDGE[0] > 30
+    # subdiv 1 is a ball around the cow: its outline crosses the ball, and its feet stick out as pale ghost
+    assert blue(frames[0]) > 400
+    assert (frames[0][:14].max(axis=-1) > 200).sum() > 100  # the caption's light text on its dark strip
+    losses = json.loads((tmp_path / "fit.json").read_text())["losses"]
+    assert video_caption("spot", 2, losses).startswith(f"spot: iteration 2, loss {losses[2]:.3e}")

@@ -12,7 +12,8 @@ from app.scenes.run_loop import iterate
 `run_fit` writes exactly what the `fit` command writes (the command is a thin wrapper):
 `fit.json`, `final.<fmt>` (in the target file's coordinates), `loss.png` and `loss.svg`,
 with `dump_every` K also `frames/iter_NNNNN.<fmt>` every K iterations, and with `video`
-`progress.mp4` (a preview of the mesh every K iterations, or 100 frames over the run).
+`progress.mp4` (a preview of the mesh every K iterations, or 100 frames over the run: the mesh over the
+target's silhouette as a pale blue ghost with its outline, captioned with the iteration and its loss).
 fit.json is written last: a folder with a fit.json holds a finished (or marked) run.
 
 Before the backend starts: the settings (`FitSettings.validate`), the target file, and
@@ -164,8 +165,9 @@ def _iterations(fit, settings: FitSettings, out: Path, stop: StopFlag, costs) ->
     from app.scenes.shape_fit import FitDiverged
 
     files: list[str] = []
-    previews = []
+    previews: list[tuple[int, object]] = []  # (iteration, the mesh before it over the target's ghost)
     every = settings.dump_every or max(1, settings.iterations // VIDEO_FRAMES)
+    ghost = _ghost(fit) if settings.video else None
 
     def frame(i: int) -> None:  # the mesh before iteration i
         if settings.dump_every and i % settings.dump_every == 0:
@@ -173,7 +175,7 @@ def _iterations(fit, settings: FitSettings, out: Path, stop: StopFlag, costs) ->
             fit.export_mesh(out / name)
             files.append(name)
         if settings.video and i % every == 0:
-            previews.append(_preview(fit))
+            previews.append((i, _preview(fit, ghost)))
 
     def step(i: int) -> str:
         try:
@@ -206,13 +208,22 @@ def _outcome(fit, iterations: int, stop: StopFlag, ended: _Diverged | None,
     return "diverged", diverged_at, f"the loss ended above its first value ({fit.losses[0]:.3e} -> {final:.3e})"
 
 
-def _preview(fit):
-    import numpy as np
+def _ghost(fit):
+    from app.mesh_preview import Ghost
 
+    return Ghost(fit.target.vertices, fit.target.faces, size=VIDEO_SIZE, extent=VIDEO_EXTENT)
+
+
+def _preview(fit, ghost):
     from app.mesh_preview import render
 
-    image = render(fit.vertices(), fit.faces, size=VIDEO_SIZE, extent=VIDEO_EXTENT)
-    return np.asarray(image)
+    return ghost.under(render(fit.vertices(), fit.faces, size=VIDEO_SIZE, extent=VIDEO_EXTENT))
+
+
+def video_caption(name: str, iteration: int, losses: list[float]) -> str:
+    """A progress frame's caption: the iteration it shows and that mesh's loss (computed in the iteration's step)."""
+    loss = f"loss {losses[iteration]:.3e}" if iteration < len(losses) else "loss not computed"
+    return f"{name}: iteration {iteration}, {loss} (target: blue ghost)"
 
 
 def _write_outputs(fit, settings: FitSettings, out: Path, arch: str, previews: list,
@@ -228,7 +239,8 @@ def _write_outputs(fit, settings: FitSettings, out: Path, arch: str, previews: l
     plots = write_loss_plot(out / "loss", fit.losses, title, mark=mark)
     written += [path.name for path in plots]
     if previews:
-        image_io.write_mp4(out / "progress.mp4", previews, fps=VIDEO_FPS)
+        frames = [image_io.caption_panel(pixels, video_caption(fit.target.name, i, fit.losses)) for i, pixels in previews]
+        image_io.write_mp4(out / "progress.mp4", frames, fps=VIDEO_FPS)
         written.append("progress.mp4")
     return written
 
