@@ -194,20 +194,55 @@ def normal_image(normals: np.ndarray) -> np.ndarray:
     return rgb.astype(np.uint8)
 
 
-def diff_heatmap(a: np.ndarray, b: np.ndarray, atol: float) -> np.ndarray:
-    """Where two images differ: per-pixel max channel error on a log scale, atol/100 .. 1000*atol.
-
-    Pixels within atol come out in the dark half of the ramp, pixels outside it bright.
-    """
+def pixel_error(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|A - B| per pixel, the largest over the channels: (H, W) float64 from two (H, W[, C]) images."""
     err = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
-    err = err.max(axis=-1) if err.ndim == 3 else err
-    lo, hi = diff_heatmap_range(atol)
+    return err.max(axis=-1) if err.ndim == 3 else err
+
+
+def diff_log_range(err: np.ndarray, atol: float) -> tuple[float, float]:
+    """The log10 |A - B| range a difference heat map spreads its colours over, from the data: whole decades from
+    the smallest nonzero error (its 1st percentile: a few stray tiny values do not stretch it) to the largest, widened
+    to hold the tolerance `atol` at least a decade from either end (a mark at an end is missed). Exact agreement
+    takes the bottom colour."""
+    err = np.asarray(err, np.float64)
+    nonzero = err[(err > 0) & np.isfinite(err)]
+    mark = math.log10(atol)
+    lo, hi = (math.log10(np.percentile(nonzero, 1)), math.log10(nonzero.max())) if nonzero.size else (mark, mark)
+    return float(min(math.floor(lo), math.ceil(mark) - 1)), float(max(math.ceil(hi), math.floor(mark) + 1))
+
+
+def error_heatmap(err: np.ndarray, log_range: tuple[float, float]) -> np.ndarray:
+    """An (H, W) error map -> uint8 RGB on a log scale over `log_range` (log10; zero and less take the bottom colour)."""
+    lo, hi = log_range
     return heatmap(np.log10(np.maximum(err, 10.0 ** lo)), lo, hi)
 
 
-def diff_heatmap_range(atol: float) -> tuple[float, float]:
-    """The log10 |A - B| range `diff_heatmap` spreads over its colours (for a colour bar beside it)."""
-    return float(np.log10(atol * 1e-2)), float(np.log10(atol * 1e3))
+def diff_heatmap(a: np.ndarray, b: np.ndarray, atol: float) -> np.ndarray:
+    """Where two images differ: `pixel_error` on a log scale over `diff_log_range` (the data's own range)."""
+    err = pixel_error(a, b)
+    return error_heatmap(err, diff_log_range(err, atol))
+
+
+def worst_pixels(err: np.ndarray, count: int = 5) -> list[tuple[int, int, float]]:
+    """The `count` largest nonzero errors of an (H, W) map, largest first: (row, column, error)."""
+    flat = np.asarray(err, np.float64).ravel()
+    order = np.argsort(-np.nan_to_num(flat, nan=np.inf), kind="stable")[:count]
+    width = err.shape[1]
+    return [(int(i // width), int(i % width), float(flat[i])) for i in order if not flat[i] == 0.0]
+
+
+def diff_legend(log_range: tuple[float, float], atol: float) -> Legend:
+    """A difference heat map's legend: the ramp over `log_range` with its decades and the tolerance marked."""
+    lo, hi = log_range
+
+    def at(value: float) -> float:
+        return (value - lo) / (hi - lo)
+
+    decades = range(math.ceil(lo), math.floor(hi) + 1)
+    ticks = ((at(math.log10(atol)), f"atol {atol:g}"),) + tuple((at(k), f"1e{k}") for k in decades)
+    return Legend("|A - B| per pixel (largest channel), log scale; 0 takes the left end",
+                  lambda positions: heatmap(positions, 0.0, 1.0), ticks)
 
 
 def heatmap_colours() -> np.ndarray:

@@ -60,15 +60,29 @@ def test_file_dialog_accepts_a_typed_path_and_queues_its_command(tmp_path):
     assert file_dialog.chosen_path(state) == "" and state.dialog.folder == str(tmp_path / "sub")
 
 
-def test_heatmap_colour_bar_matches_the_heat_map():
+def test_parity_heat_map_is_scaled_to_the_data_with_the_tolerance_and_the_worst_pixels():
+    from app.ui.parity_summary import summarise
+
     atol = 1e-4
-    lo, hi = image_io.diff_heatmap_range(atol)
-    a = np.zeros((1, 3))
-    ends = image_io.diff_heatmap(a, np.array([[10 ** lo, 10 ** hi, 10 ** hi * 10]]), atol)[0]
+    a = np.zeros((4, 5, 3))
+    b = a.copy()  # backends that agree far better than atol (the flat heat map of a fixed scale around atol)
+    b[0, 1, 0], b[2, 3, 1], b[3, 4, 2] = 3e-8, 2e-7, 4e-7
+    out = summarise(a, b, atol)
+    lo, hi = out["log_range"]
+    assert (lo, hi) == (-8.0, -3.0)  # from the smallest error's decade to a decade past atol
     stops = np.round(image_io.heatmap_colours() * 255).astype(np.uint8)
-    np.testing.assert_array_equal(ends[0], stops[0])
-    np.testing.assert_array_equal(ends[1], stops[-1])
-    np.testing.assert_array_equal(ends[2], stops[-1])  # beyond the bar's top: its top colour
+    heat = out["heatmap"]
+    np.testing.assert_array_equal(heat[1, 1], stops[0])  # exact agreement: the bottom colour
+    assert len({tuple(heat[y, x]) for y, x in ((1, 1), (0, 1), (2, 3), (3, 4))}) == 4  # each error its own colour
+    assert [(row, column) for row, column, _ in out["worst_pixels"]] == [(3, 4), (2, 3), (0, 1)]  # worst first
+    assert out["worst_pixels"][0][2] == pytest.approx(4e-7)
+    outside = b.copy()
+    outside[1, 2, 0] = 0.2  # one pixel far outside: the range reaches it
+    assert summarise(a, outside, atol)["log_range"] == (-8.0, 0.0)
+    assert summarise(a, a, atol)["log_range"] == (-5.0, -3.0) and summarise(a, a, atol)["worst_pixels"] == []
+    legend = image_io.diff_legend((lo, hi), atol)
+    assert legend.ticks[0] == (pytest.approx(0.8), "atol 0.0001")  # the tolerance on the bar, 4 of 5 decades up
+    assert [label for _, label in legend.ticks[1:]] == ["1e-8", "1e-7", "1e-6", "1e-5", "1e-4", "1e-3"]
 
 
 class _Link:

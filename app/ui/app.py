@@ -271,6 +271,7 @@ def run_app(options: AppOptions) -> AppRun:
     from app.ui import menus
     from app.ui.controller import Controller
     from app.ui.gl import Gfx
+    from app.ui.layout import readable_sliders
     from app.ui.panels import (
         file_dialog,
         invert_panel as invert,
@@ -356,6 +357,7 @@ def run_app(options: AppOptions) -> AppRun:
         params.ini_filename = "shannon-autograd/imgui.ini"
 
     def post_init() -> None:
+        readable_sliders()
         gfx.append(Gfx())
         state.gl_renderer = gfx[0].ctx.info["GL_RENDERER"]
         state.gl_samples = gfx[0].window_samples

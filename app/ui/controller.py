@@ -344,6 +344,7 @@ class Controller:
         y, x, channel = report.worst_index
         view.worst = f"worst at pixel ({x}, {y}) {'RGB'[channel]}: {report.worst_a:.6g} vs {report.worst_b:.6g}"
         view.heatmap, view.heatmap_version = answer.extra["heatmap"], view.heatmap_version + 1
+        view.heatmap_log_range, view.worst_pixels = answer.extra["log_range"], answer.extra["worst_pixels"]
         view.hist_counts, view.hist_log_err = answer.extra["hist_counts"], answer.extra["hist_log_err"]
         view.compared_request = inputs
 

@@ -3,6 +3,7 @@
 `flow(width)` places the next item beside the last one when it fits there and on a new line
 otherwise, so a row of controls wraps instead of running off a narrow panel. `plot_layout(size)`
 gives a short plot its room back: no title (its axes stay labelled) and the legend inside.
+`readable_sliders()` (once, after start-up) gives every slider a thin, translucent handle.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from imgui_bundle import imgui, implot
 COMPACT_PLOT_LINES = 14  # plots shorter than this many text lines drop their title
 SPINNER = "|/-\\"
 SPINNER_FRAMES = 6  # frames per spinner character
+SLIDER_GRAB_PX = 4.0  # a slider handle's least width (ImGui's default, 12 px at this scale, hid a narrow slider's digits)
+SLIDER_GRAB_ALPHA = 0.45  # the handle's opacity: ImGui draws the value over the handle, and must be read through it
 
 
 def flow(width: float) -> None:
@@ -18,6 +21,17 @@ def flow(width: float) -> None:
     imgui.same_line()
     if imgui.get_content_region_avail().x < width:
         imgui.new_line()
+
+
+def readable_sliders() -> None:
+    """Every slider's value readable wherever its handle is: a thin, translucent handle under the value's text.
+    (An integer slider's handle is its width over the number of values, so subdiv's stays wide: translucent.)
+    The least size also applies to a scrollbar's handle, which only gets that short on a page of ~100 screens."""
+    style = imgui.get_style()
+    style.grab_min_size = SLIDER_GRAB_PX
+    for colour in (imgui.Col_.slider_grab, imgui.Col_.slider_grab_active):
+        rgba = style.color_(colour)
+        style.set_color_(colour, imgui.ImVec4(rgba.x, rgba.y, rgba.z, SLIDER_GRAB_ALPHA))
 
 
 def spinner(state) -> str:

@@ -127,6 +127,8 @@ class ParityView:
     worst: str = ""
     heatmap: np.ndarray | None = None  # (H, W, 3) uint8: log10 |A - B| through a colour map
     heatmap_version: int = 0
+    heatmap_log_range: tuple[float, float] = (-6.0, -2.0)  # log10 |A - B| at the colour bar's ends (from the data)
+    worst_pixels: list[tuple[int, int, float]] = field(default_factory=list)  # (row, column, |A - B|), worst first
     hist_log_err: np.ndarray | None = None  # bin centres, log10 |A - B|
     hist_counts: np.ndarray | None = None
     compared_request: dict | None = None  # the render request behind the numbers

@@ -95,13 +95,13 @@ def _settings(state: AppState) -> None:
     imgui.set_next_item_width(em * 3.5)
     c, fit.lr = imgui.input_float("lr", fit.lr, 0.0, 0.0, "%.3f")
     changed |= c and fit.lr > 0.0
-    flow(labelled_width(em * 4, "") + labelled_width(em * 4, "smoothing") + imgui.get_style().item_spacing.x)
-    imgui.set_next_item_width(em * 4)
-    c, fit.smooth = imgui.slider_float("##smooth", fit.smooth, 0.0, 1.0, "%.2f")
+    flow(labelled_width(em * 4.5, "") + labelled_width(em * 4.5, "smoothing") + imgui.get_style().item_spacing.x)
+    imgui.set_next_item_width(em * 4.5)
+    c, fit.smooth = imgui.slider_float("##smooth", fit.smooth, 0.0, 1.0, "from %.2f")
     changed |= c
     imgui.same_line()
-    imgui.set_next_item_width(em * 4)
-    c, fit.smooth_end = imgui.slider_float("smoothing", fit.smooth_end, 0.0, 1.0, "-> %.2f")
+    imgui.set_next_item_width(em * 4.5)
+    c, fit.smooth_end = imgui.slider_float("smoothing", fit.smooth_end, 0.0, 1.0, "to %.2f")
     changed |= c
     imgui.set_item_tooltip("Laplacian shrink-wrap step size: falls linearly from the first value to the second over "
                            f"{fit.max_iterations} iterations (set at Reset)")

@@ -3,14 +3,16 @@
 The controller renders the frame on screen again on the parity backend (its own
 worker process) and `app.ui.parity_summary.summarise` compares the two off the UI thread; this panel draws
 the result: the share of values within the tolerance and the max error (where it is: in
-a tooltip), then |A - B| as a heat map (`engine.image_io.diff_heatmap`: log scale around the
-tolerance) with its colour bar, and a histogram of log10 |A - B| over every value with
-log counts (most values agree exactly, so a linear count axis shows one bar).
+a tooltip), then |A - B| as a heat map (log scale over the data's own range, so that backends
+that agree to 1e-7 still show where they differ) with its worst pixels ringed (red: outside the
+tolerance) and its colour bar with the tolerance marked, and a histogram of log10 |A - B| over
+every value with log counts (most values agree exactly, so a linear count axis shows one bar).
 It says when the parity worker is starting, busy or unavailable, and, with a spinner, what a
 render-gradient comparison ("compare render gradient") is doing while it runs.
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -22,9 +24,8 @@ from app.ui.gl import Gfx
 from app.ui.layout import flow, plot_layout, spinner
 from app.ui.parity_summary import HIST_BINS, LOG_RANGE
 from app.ui.state import AppState, Command
-from engine.image_io import diff_heatmap_range, heatmap_colours
+from engine.image_io import heatmap_colours
 
-COLORMAP = "shannon |A - B|"  # engine.image_io's heat-map colours, registered with implot for the colour bar
 MIN_PLOT_HEIGHT = 90.0  # below this the heat map and histogram stop shrinking and the panel scrolls
 
 
@@ -74,19 +75,47 @@ def draw(state: AppState, gfx: Gfx) -> None:
     bar_width = imgui.get_font_size() * 4.5
     _heatmap(state, gfx, imgui.ImVec2(max(avail.x * 0.5 - bar_width - spacing, 16.0), height))
     imgui.same_line()
-    lo, hi = diff_heatmap_range(view.atol)
-    implot.colormap_scale("log10 |A - B|", lo, hi, imgui.ImVec2(bar_width, height), "%.1f", 0, _colormap())
+    _colour_bar(state, imgui.ImVec2(bar_width, height))
     imgui.same_line()
     _histogram(state, imgui.ImVec2(max(imgui.get_content_region_avail().x, 16.0), height))
 
 
-def _colormap() -> int:
-    """implot's index of the heat map's colours (registered on first use in this implot context)."""
-    index = implot.get_colormap_index(COLORMAP)
-    if index < 0:
-        rgba = np.concatenate([heatmap_colours(), np.ones((len(heatmap_colours()), 1))], axis=1)
-        index = implot.add_colormap(COLORMAP, rgba.astype(np.float32), False)
-    return index
+def _u32(rgb) -> int:
+    return imgui.color_convert_float4_to_u32(imgui.ImVec4(float(rgb[0]), float(rgb[1]), float(rgb[2]), 1.0))
+
+
+def _colour_bar(state: AppState, size: imgui.ImVec2) -> None:
+    """The heat map's colour bar, bottom to top over its log range: the ramp, a tick per decade, the tolerance."""
+    view = state.parity
+    lo, hi = view.heatmap_log_range
+    font = imgui.get_font_size()
+    origin = imgui.get_cursor_screen_pos()
+    imgui.dummy(size)
+    top, bottom, width = origin.y + font * 0.5, origin.y + size.y - font * 0.5, font * 0.9
+
+    def y_of(log_value: float) -> float:
+        return bottom - (log_value - lo) / (hi - lo) * (bottom - top)
+
+    draw_list = imgui.get_window_draw_list()
+    stops = heatmap_colours()
+    for k in range(len(stops) - 1):  # one vertical gradient per pair of neighbouring stops
+        y0, y1 = (bottom - (k + j) / (len(stops) - 1) * (bottom - top) for j in (1, 0))
+        upper, lower = _u32(stops[k + 1]), _u32(stops[k])
+        draw_list.add_rect_filled_multi_color(imgui.ImVec2(origin.x, y0), imgui.ImVec2(origin.x + width, y1),
+                                              upper, upper, lower, lower)
+    text = imgui.get_color_u32(imgui.Col_.text)
+    decades = range(math.ceil(lo), math.floor(hi) + 1)
+    every = max(1, math.ceil(len(decades) * font * 1.1 / max(bottom - top, 1.0)))  # labels must not overlap
+    for decade in list(decades)[::every]:
+        y = y_of(decade)
+        draw_list.add_line(imgui.ImVec2(origin.x + width, y), imgui.ImVec2(origin.x + width + 3, y), text)
+        draw_list.add_text(imgui.ImVec2(origin.x + width + 5, y - font * 0.5), text, f"1e{decade}")
+    y = y_of(math.log10(view.atol))
+    mark = imgui.get_color_u32(colours.ERROR)
+    draw_list.add_line(imgui.ImVec2(origin.x - 2, y), imgui.ImVec2(origin.x + width + 3, y), mark, 2.0)
+    if imgui.is_item_hovered():
+        imgui.set_tooltip(f"|A - B| per pixel (max over RGB), log scale from {10 ** lo:g} (bottom; exact agreement "
+                          f"too) to {10 ** hi:g} (top), the data's range; red line: the tolerance {view.atol:g}")
 
 
 def _heatmap(state: AppState, gfx: Gfx, size: imgui.ImVec2) -> None:
@@ -98,9 +127,17 @@ def _heatmap(state: AppState, gfx: Gfx, size: imgui.ImVec2) -> None:
     scale = min(size.x / width, size.y / height)
     imgui.image(gfx.image("parity_heatmap", view.heatmap, view.heatmap_version),
                 imgui.ImVec2(width * scale, height * scale))
+    corner = imgui.get_item_rect_min()
+    draw_list = imgui.get_window_draw_list()
+    radius = imgui.get_font_size() * 0.45
+    for row, column, err in reversed(view.worst_pixels):  # ringed, the worst drawn last (on top); red: outside atol
+        centre = imgui.ImVec2(corner.x + (column + 0.5) * scale, corner.y + (row + 0.5) * scale)
+        ring = colours.ERROR if err > view.atol else imgui.ImVec4(1.0, 1.0, 1.0, 1.0)
+        draw_list.add_circle(centre, radius, imgui.get_color_u32(ring), 0, 1.5)
     if imgui.is_item_hovered():
-        imgui.set_tooltip(f"|A - B| per pixel (max over RGB), log scale from {view.atol / 100:g} (dark) "
-                          f"to {view.atol * 1000:g} (bright); within atol is the dark half")
+        worst = "; ".join(f"({column}, {row}) {err:.3g}" for row, column, err in view.worst_pixels)
+        imgui.set_tooltip(f"|A - B| per pixel (max over RGB), log scale over the data's range (colour bar)\n"
+                          f"ringed, worst first, pixel (x, y) |A - B|: {worst or 'none: the frames are identical'}")
 
 
 def _status_badge(status: str) -> None:
