@@ -127,3 +127,27 @@ def test_readme_lists_the_panels():
     assert count and NUMBERS[count.group(1).lower()] == len(PANELS) == len(WINDOW_TITLES)
     for name in PANELS:  # each panel has its bullet, under its window title
         assert f"- **{WINDOW_TITLES[name]}**:" in README.read_text(), WINDOW_TITLES[name]
+
+
+def test_every_readme_picture_is_made_by_the_script(tmp_path, monkeypatch):
+    """The README's pictures are regenerated, never hand-edited: each one it shows from docs/pictures/ is one that
+    scripts/readme_pictures.py makes, docs/pictures/ holds exactly those, small; each command parses (not run)."""
+    import importlib.util
+
+    from app.flags import configure_logging
+    from tests.cli_parsers import parse_only
+
+    spec = importlib.util.spec_from_file_location("readme_pictures", ROOT / "scripts" / "readme_pictures.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    shown = re.findall(r"\]\(docs/pictures/([^)]+)\)", README.read_text())
+    assert sorted(shown) == sorted(script.COMMANDS) == sorted(script.CUT)
+    files = list((ROOT / "docs" / "pictures").iterdir())
+    assert sorted(path.name for path in files) == sorted(script.COMMANDS)
+    assert sum(path.stat().st_size for path in files) < 600 * 1024
+    monkeypatch.chdir(tmp_path)
+    try:
+        for argv in script.COMMANDS.values():
+            parse_only([arg.replace("OUT", str(tmp_path)) for arg in argv])
+    finally:
+        configure_logging(0)
