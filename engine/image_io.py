@@ -283,23 +283,34 @@ class Legend:
 
 
 LEGEND_MIN_WIDTH = 360  # a narrower image is padded on the right so that the legend's text fits
-LEGEND_HEIGHT = 58  # rows added under the image
+LEGEND_HEIGHT = 58  # rows added under an image up to 1.5k pixels wide (`legend_height`: wider ones get more)
 _LEGEND_FONT_PX = 11
 _BAR_ROWS = (20, 32)  # the colour bar's rows within the strip; the title above it, tick labels under it
 _MARGIN = 10  # pixels left and right of the bar (a label centred on an end tick still fits)
 _BACKGROUND = (24, 24, 24)
 
 
+def _legend_scale(width: int) -> int:
+    """Legend pixels per base pixel for an image `width` wide: the legend grows with the picture, so that a
+    2048-wide frame shown at half size on a screen still reads (its text 11 pixels high there too)."""
+    return max(1, round(width / 1024))
+
+
+def legend_height(width: int) -> int:
+    """The rows `with_legend` adds under an image `width` wide."""
+    return LEGEND_HEIGHT * _legend_scale(width)
+
+
 def legend_bar_box(width: int, legend: Legend) -> tuple[int, int, int, int]:
     """(top, bottom, left, right) pixel bounds of the colour bar in `with_legend`'s output for an image `width`
     wide (rows counted from the strip's top; add the image's height): where its colours and ticks are."""
-    canvas = max(width, LEGEND_MIN_WIDTH)
+    canvas, k = max(width, LEGEND_MIN_WIDTH), _legend_scale(width)
     swatches = 0 if not legend.swatches else canvas // 3
-    return _BAR_ROWS[0], _BAR_ROWS[1], _MARGIN, canvas - _MARGIN - swatches
+    return _BAR_ROWS[0] * k, _BAR_ROWS[1] * k, _MARGIN * k, canvas - _MARGIN * k - swatches
 
 
 def with_legend(pixels: np.ndarray, legend: Legend) -> np.ndarray:
-    """An image (uint8 (H, W) grey or (H, W, 3)) with `legend` drawn in a strip under it: (H + LEGEND_HEIGHT,
+    """An image (uint8 (H, W) grey or (H, W, 3)) with `legend` drawn in a strip under it: (H + legend_height(W),
     max(W, LEGEND_MIN_WIDTH), 3) uint8. The image's own pixels are unchanged, at the top left. Tick labels that
     would overlap an earlier one are left out (so list the ones that matter, e.g. the data's ends, first)."""
     from PIL import ImageDraw, ImageFont
@@ -307,7 +318,8 @@ def with_legend(pixels: np.ndarray, legend: Legend) -> np.ndarray:
     pixels = np.asarray(pixels, np.uint8)
     rgb = np.repeat(pixels[..., None], 3, axis=-1) if pixels.ndim == 2 else pixels
     height, width = rgb.shape[:2]
-    canvas = np.empty((height + LEGEND_HEIGHT, max(width, LEGEND_MIN_WIDTH), 3), np.uint8)
+    k = _legend_scale(width)  # every length below is in base pixels times k
+    canvas = np.empty((height + legend_height(width), max(width, LEGEND_MIN_WIDTH), 3), np.uint8)
     canvas[:] = _BACKGROUND
     canvas[:height, :width] = rgb
     top, bottom, left, right = legend_bar_box(width, legend)
@@ -316,28 +328,28 @@ def with_legend(pixels: np.ndarray, legend: Legend) -> np.ndarray:
         canvas[height + top:height + bottom, left:right] = np.asarray(legend.bar(positions), np.uint8)[None]
     image = Image.fromarray(canvas)
     draw = ImageDraw.Draw(image)
-    font = ImageFont.load_default(size=_LEGEND_FONT_PX)
+    font = ImageFont.load_default(size=_LEGEND_FONT_PX * k)
     text = (235, 235, 235)
-    draw.text((_MARGIN, height + 3), legend.title, fill=text, font=font)
+    draw.text((left, height + 3 * k), legend.title, fill=text, font=font)
     taken: list[tuple[float, float]] = []
     for position, label in legend.ticks if legend.bar is not None else ():
         x = left + position * (right - left)
         label_width = draw.textlength(label, font=font)
         start = min(max(x - label_width / 2, 1.0), canvas.shape[1] - label_width - 1)
-        if any(a < start + label_width + 6 and start - 6 < b for a, b in taken):
+        if any(a < start + label_width + 6 * k and start - 6 * k < b for a, b in taken):
             continue
         taken.append((start, start + label_width))
-        draw.line([(x, height + bottom), (x, height + bottom + 3)], fill=text)
-        draw.text((start, height + bottom + 4), label, fill=text, font=font)
+        draw.line([(x, height + bottom), (x, height + bottom + 3 * k)], fill=text, width=k)
+        draw.text((start, height + bottom + 4 * k), label, fill=text, font=font)
     # beside the bar in columns of three; without a bar in one row under the title
     rows = 3 if legend.bar is not None else 1
-    x0 = right + _MARGIN if legend.bar is not None else _MARGIN
+    x0 = right + left if legend.bar is not None else left
     column_width = (canvas.shape[1] - x0) // max(math.ceil(len(legend.swatches) / rows), 1)
-    for k, (colour, label) in enumerate(legend.swatches):
-        column, row = divmod(k, rows)
-        sx, sy = x0 + column * column_width, height + _BAR_ROWS[0] + 13 * row - 2
-        draw.rectangle([sx, sy, sx + 9, sy + 9], fill=tuple(colour), outline=(140, 140, 140))
-        draw.text((sx + 13, sy - 1), label, fill=text, font=font)
+    for n, (colour, label) in enumerate(legend.swatches):
+        column, row = divmod(n, rows)
+        sx, sy = x0 + column * column_width, height + top + (13 * row - 2) * k
+        draw.rectangle([sx, sy, sx + 9 * k, sy + 9 * k], fill=tuple(colour), outline=(140, 140, 140))
+        draw.text((sx + 13 * k, sy - k), label, fill=text, font=font)
     return np.asarray(image)
 
 

@@ -108,7 +108,7 @@ def test_render_writes_floats_only_when_asked_and_labels_its_aovs(tmp_path):
     for name, legend in (("depth.png", image_io.depth_legend(depth, MAX_DEPTH)),
                          ("normals.png", image_io.normals_legend()), ("steps.png", image_io.steps_legend(160))):
         drawn = np.asarray(Image.open(out / name).convert("RGB"))
-        assert drawn.shape == (32 + image_io.LEGEND_HEIGHT, image_io.LEGEND_MIN_WIDTH, 3)
+        assert drawn.shape == (32 + image_io.legend_height(64), image_io.LEGEND_MIN_WIDTH, 3)
         np.testing.assert_array_equal(drawn, image_io.with_legend(drawn[:32, :64], legend))
 
 
@@ -124,7 +124,7 @@ def test_aov_legend_shows_the_colours_and_the_values_of_the_data():
     picture = image_io.depth_image(depth, 50.0)
     legend = image_io.depth_legend(depth, 50.0)
     drawn = image_io.with_legend(picture, legend)
-    assert drawn.shape == (40 + image_io.LEGEND_HEIGHT, 400, 3)
+    assert drawn.shape == (40 + image_io.legend_height(400), 400, 3) == (40 + image_io.LEGEND_HEIGHT, 400, 3)
     np.testing.assert_array_equal(drawn[:40, :, 0], picture)  # the picture itself untouched
     values = _tick_labels(legend)
     assert values[:2] == [1.37, 8.9] and all(1.37 < v < 8.9 for v in values[2:])  # the data's ends, then round values
@@ -144,6 +144,13 @@ def test_aov_legend_shows_the_colours_and_the_values_of_the_data():
     ramp = image_io.with_legend(np.zeros((4, 400), np.uint8), steps)[4 + top, left:right]
     ends = image_io.heatmap(np.array([0.0, MAX_STEPS]), 0, MAX_STEPS)  # the bar's pixel centres are half a pixel in
     assert np.abs(ramp[[0, -1]].astype(int) - ends).max() <= 2
+    def title_rows(image: np.ndarray, picture_height: int) -> int:  # rows of the strip's title with light text
+        strip = image[picture_height:picture_height + image_io.legend_bar_box(image.shape[1], legend)[0]]
+        return int((strip.max(axis=(1, 2)) > 200).sum())
+
+    wide = image_io.with_legend(np.zeros((8, 2048), np.uint8), legend)  # render's default width: a bigger legend
+    assert wide.shape == (8 + 2 * image_io.LEGEND_HEIGHT, 2048, 3)
+    assert title_rows(wide, 8) >= 1.7 * title_rows(drawn, 40) > 0
     normals = image_io.normals_legend()
     assert [label for _, label in normals.swatches] == ["+x", "-x", "+y", "-y", "+z", "-z", "no hit"]
     assert normals.swatches[2][0] == tuple(image_io.normal_image(np.array([[0.0, 1.0, 0.0]]))[0])
