@@ -111,14 +111,18 @@ def spread(out: ti.types.ndarray(), n: ti.i32, span: ti.i32, chunk: ti.i32, thre
         if i < n:
             out[i] = spin(i)
 
-def share(run):
-    # the less busy worker's CPU time over the busier one's, during one launch
+def share(run, launches=5):
+    # the less busy worker's CPU time over the busier one's, during a launch: the most of `launches` launches (on a
+    # loaded machine one worker can go unscheduled for a whole launch, and the other then takes every block)
     workers = list(cpu_pool.pinned())
-    before = [cpu_pool._run_ns(tid) for tid in workers]
-    run()
-    ti.sync()
-    grew = sorted(cpu_pool._run_ns(tid) - ran for tid, ran in zip(workers, before))
-    return grew[0] / grew[-1]
+    shares = []
+    for _ in range(launches):
+        before = [cpu_pool._run_ns(tid) for tid in workers]
+        run()
+        ti.sync()
+        grew = sorted(cpu_pool._run_ns(tid) - ran for tid, ran in zip(workers, before))
+        shares.append(grew[0] / grew[-1])
+    return max(shares)
 
 out = np.zeros(1024, np.float32)
 plain(out, 8)
@@ -134,7 +138,9 @@ print(json.dumps({"workers": len(cpu_pool.pinned()),
 def test_cpu_range_for_gives_each_thread_one_chunk_of_at_least_512(tmp_path):
     """The Taichi behaviour engine/kernels/spread.py works around: a parallel range-for of 512
     iterations runs on one worker, one of 1024 on both; a spread loop of 64 blocks on both.
-    Measured as each pinned worker's CPU time during the launch (not wall time)."""
+    Measured as each pinned worker's CPU time during the launch (not wall time), the most of five launches each: a
+    loop that never reaches the second worker shows it in all five, one that does shows it once even on a loaded
+    machine (a single launch failed this at load 7-14, the second worker unscheduled throughout)."""
     script = tmp_path / "chunks.py"  # a file: Taichi reads a kernel's source
     script.write_text(CHUNKS)
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
