@@ -267,7 +267,8 @@ class DiffRenderer:
 
     def _declare_used_rows(self) -> None:
         """Tell the tape which rows of each gradient this view and slot count use (`Tape.used_rows`): zeroing them
-        alone is 4x less work at 256x128 than the fields' 512x256 (measured: 41 -> ms a taped render)."""
+        alone is 4x less work at 256x128 than the fields' 512x256 (measured before: ~40 ms of a ~190 ms taped render
+        zeroing the whole fields)."""
         n_px = self.n_px
         for f in (self.theta_slots, self.points, self.values):
             self.tape.used_rows(f, self.n_slots)

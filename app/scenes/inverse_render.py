@@ -710,8 +710,8 @@ class Recovery:
         names = [scene_theta.NAMES[i] for i in moving]
         if self.settings.pair_points == 0 or not all(n in names for n in scan.pair):
             return theta, current
-        axes = moving[[names.index(n) for n in scan.pair]]
-        steps = scale[[names.index(n) for n in scan.pair]]
+        picked = [names.index(n) for n in scan.pair]
+        axes, steps = moving[picked], scale[picked]
         base = np.array(theta, np.float64)
         free = self.free_now()
         at_start = free[np.isin([scene_theta.group_of(int(i)) for i in free], scan.reset)]
