@@ -1,6 +1,8 @@
 """`python -m app bench raymarch`: warm ms per frame of the robot-arm scene, ours vs a Warp port.
 
-Ours (engine.render.Renderer on the chosen backend) at 2048x1024, 1024x512 and 512x256;
+Ours (engine.render.Renderer on the chosen backend) at 2048x1024, 1024x512 and 512x256, in packets of the
+backend's lane count (engine.kernels.lanes), and on the cpu also one ray per thread at 2048x1024 (after checking
+that it renders the same image bit for bit);
 Warp (bench/warp_raymarch.py, the same SDFs and shading, on Warp's CPU device, or CUDA
 when ours runs on CUDA) at 2048x1024, after checking that it renders the same frame
 as ours within the parity tolerance (>= 99.95 % of pixels within 1e-4, none off by
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import statistics
 import time
+
+import numpy as np
 
 from bench import bench_parser, emit, machine_load
 from engine.errors import UserError
@@ -55,15 +59,25 @@ def main(argv: list[str]) -> int:
         except ImportError as exc:
             print(f"warp not importable ({exc}); timing ours only")
     rows = []
-    with bar(total=(len(SIZES) + (1 if warp else 0)) * (options.repeats + 1), desc="raymarch bench") as progress:
+    extra = (1 if warp else 0) + (1 if arch == "cpu" else 0)
+    with bar(total=(len(SIZES) + extra) * (options.repeats + 1), desc="raymarch bench") as progress:
         ours_full = None
         for width, height in SIZES:
             renderer = Renderer(width, height)
             image = renderer.render(scene, camera)  # compile (first size only) and warm up
             progress.update(1)
             ours_full = image if ours_full is None else ours_full
-            rows.append((f"ours ({arch})", f"{width}x{height}",
+            rows.append((f"ours ({arch}, {renderer.lanes} lanes)", f"{width}x{height}",
                          _median_ms(lambda: renderer.render(scene, camera), options.repeats, progress), ""))
+        if arch == "cpu":
+            width, height = SIZES[0]
+            scalar = Renderer(width, height, lanes=1)
+            if not np.array_equal(scalar.render(scene, camera), ours_full):
+                raise UserError("one ray per thread renders another image than the packets; not timing it")
+            progress.update(1)
+            ms = _median_ms(lambda: scalar.render(scene, camera), options.repeats, progress)
+            rows.append(("ours (cpu, 1 lane)", f"{width}x{height}", ms,
+                         f"the same image bit for bit; packets {ms / rows[0][2]:.2f}x faster"))
         if warp:
             width, height = SIZES[0]
             device = "cuda:0" if arch == "cuda" else "cpu"

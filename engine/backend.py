@@ -101,7 +101,8 @@ def cuda_unavailable_reason() -> str | None:
     return None
 
 
-def _arch_in_use() -> str:
+def arch_in_use() -> str:
+    """The arch Taichi runs in this process ("cpu", "cuda", "vulkan"); requires a started backend."""
     import taichi as ti
 
     from engine import taichi_private
@@ -189,7 +190,7 @@ def init(arch: str | None = None, kernel_profiler: bool = False) -> Backend:
     _start(name, kernel_profiler)
     log.debug("backend %s started in %.2f s", name, time.perf_counter() - started)
     _profiling = kernel_profiler
-    actual = _arch_in_use()
+    actual = arch_in_use()
     if actual != name:
         raise UserError(f"backend {name} was requested but Taichi started {actual} (is TI_ARCH set?)")
     _current = Backend(name=name, requested=requested, note=note)

@@ -48,12 +48,14 @@ import logging
 import numpy as np
 import taichi as ti
 
+from engine import backend
 from engine.autodiff.grad_kernels import fill_rows
 from engine.autodiff.tape import Tape
 from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.kernels import image_loss, raymarch, raymarch_grad, reduce
 from engine.kernels.kinematics import N_THETA, kinematics
+from engine.kernels.lanes import lanes_for
 from engine.kernels.softmin import soft_min_layers
 from engine.kernels.straight_through import substitute_image
 from engine.launch import custom, dispatch, launch, recording
@@ -287,7 +289,7 @@ class DiffRenderer:
         capacity = self.slot_pos.shape[0]
         launch(kinematics, self.theta, self.scene)
         launch(raymarch_grad.march_pixels, self.scene, self.cam, self.width, self.height, self.edge_px, self.active,
-               self.march_t, self.march_edges)
+               self.march_t, self.march_edges, lanes_for(backend.arch_in_use()))
         launch(reduce.compact, self.active, n_pixel_slots, capacity, self.compact_partial, self.slot_pos,
                self.slot_count)
         count = int(self.slot_count[None])

@@ -18,6 +18,7 @@ import numpy as np
 from engine import backend
 from engine.errors import UserError
 from engine.kernels import raymarch
+from engine.kernels.lanes import lanes_for
 from engine.launch import launch
 
 MAX_SIDE = 16384
@@ -134,6 +135,8 @@ class Renderer:
     Args:
         width, height: the image size in pixels, 1..16384 each (`resize` changes it without
             recompiling: the images are ndarrays and the kernel reads its size from them).
+        lanes: pixels per thread (None: the backend's packet width, `engine.kernels.lanes.lanes_for`);
+            each width is a kernel of its own.
 
     Attributes:
         last_ms (float): the wall time of the last `render`, launch to sync, in milliseconds (the
@@ -158,8 +161,11 @@ class Renderer:
         True
     """
 
-    def __init__(self, width: int = 2048, height: int = 1024):
+    def __init__(self, width: int = 2048, height: int = 1024, lanes: int | None = None):
+        if lanes is not None and not (isinstance(lanes, int) and 1 <= lanes <= 64):
+            raise UserError(f"lanes must be an integer from 1 to 64 (got {lanes!r})")
         self.width = self.height = 0
+        self._lanes = lanes
         self.last_ms = float("nan")
         self.resize(width, height)
 
@@ -198,7 +204,13 @@ class Renderer:
         `engine.kernels.raymarch.P_*`) into the buffers, no read-back: `rgb_buffer` holds the image on the
         device (the differentiable renderer's forward-image comparison packs theta's kinematics on the device)."""
         self._prm.from_numpy(np.asarray(prm, np.float32))
-        launch(raymarch.render, self._prm, self._rgb, self._depth, self._normal, self._steps)
+        launch(raymarch.render, self._prm, self._rgb, self._depth, self._normal, self._steps, self.lanes)
+
+    @property
+    def lanes(self) -> int:
+        """Pixels of a row per thread: `lanes` as given, else this backend's (`engine.kernels.lanes.lanes_for`).
+        The image is the same at any width, bit for bit (tests/test_raymarch.py)."""
+        return self._lanes or lanes_for(backend.arch_in_use())
 
     @property
     def rgb_buffer(self):

@@ -18,6 +18,7 @@ Who relies on what:
   `ASTTransformerContext`, whose functions it replaces.
 - `engine.fields` (`FieldGroup.destroy` puts back kernels): `kernels`, `CoreSNode`, `arch`.
 - `engine.autodiff` (tape, optimisers) and `engine.kernels.losses`: `Field`, `MatrixField`, `Ndarray`.
+- `engine.kernels.lanes` (packets of rays): `is_tensor_expr`.
 - `engine.backend`: `arch`, `program`, `default_offline_cache_dir`; `engine.cpu_pool`, the
   benchmarks and tests: `arch`, `cpu_threads`, `config`.
 
@@ -34,6 +35,7 @@ from taichi.lang import kernel_impl
 from taichi.lang._ndarray import Ndarray
 from taichi.lang.ast.ast_transformer_utils import ASTTransformerContext
 from taichi.lang.enums import AutodiffMode, Layout
+from taichi.lang.expr import Expr as _Expr
 from taichi.lang.field import Field
 from taichi.lang.kernel_impl import Kernel
 from taichi.lang.kernel_impl import _BoundedDifferentiableMethod as BoundedDifferentiableMethod
@@ -44,7 +46,7 @@ from taichi.lang.util import cook_dtype
 __all__ = [
     "ASTTransformerContext", "AutodiffMode", "BoundedDifferentiableMethod", "CoreSNode", "Field", "Kernel", "Layout",
     "MatrixField", "MatrixType", "Ndarray", "StructType", "arch", "config", "cook_dtype", "cpu_threads",
-    "default_offline_cache_dir", "get_runtime", "kernel_impl", "kernels", "program",
+    "default_offline_cache_dir", "get_runtime", "is_tensor_expr", "kernel_impl", "kernels", "program",
 ]
 
 CoreSNode = _core.SNode  # the C++ SNode (a `Field`'s `.snode.ptr`), as a kernel's template key may hold it
@@ -64,6 +66,12 @@ def config() -> Any:
 def arch() -> Any:
     """The arch the running program was started on (`ti.x64`/`ti.arm64` on the CPU, `ti.cuda`, `ti.vulkan`)."""
     return _impl.current_cfg().arch
+
+
+def is_tensor_expr(value: Any) -> bool:
+    """(While a kernel compiles) whether a Taichi-scope value is a vector or matrix rather than one number: since
+    Taichi 1.5 a vector in a kernel is an `Expr` of tensor type, not a `Matrix` of scalar Exprs."""
+    return isinstance(value, _Expr) and value.ptr.is_tensor()
 
 
 def cpu_threads() -> int:

@@ -272,12 +272,27 @@ def _private_name_checks(scalar, vector) -> dict:
     def ast_transformer_context():
         assert callable(private.ASTTransformerContext.get_pos_info)
 
+    def is_tensor_expr():  # engine.kernels.lanes tells a packet from one value with it while a kernel compiles
+        seen = []
+
+        @ti.func
+        def probe(x):
+            seen.append(private.is_tensor_expr(x))
+            return x
+
+        @ti.kernel
+        def kernel() -> ti.f32:
+            return probe(ti.Vector([1.0, 2.0])).sum() + probe(3.0)
+
+        assert kernel() == 6.0 and seen == [True, False], seen
+
     return {"Kernel": kernel, "BoundedDifferentiableMethod": bounded_method, "AutodiffMode": autodiff_mode,
             "Layout": layout, "Ndarray": ndarray, "Field": field, "MatrixField": matrix_field,
             "MatrixType": matrix_type, "StructType": struct_type, "cook_dtype": cook_dtype, "CoreSNode": core_snode,
             "get_runtime": get_runtime, "config": config, "arch": arch, "cpu_threads": cpu_threads,
             "program": program, "kernels": kernels, "default_offline_cache_dir": default_offline_cache_dir,
-            "kernel_impl": kernel_impl, "ASTTransformerContext": ast_transformer_context}
+            "kernel_impl": kernel_impl, "ASTTransformerContext": ast_transformer_context,
+            "is_tensor_expr": is_tensor_expr}
 
 
 def test_every_private_taichi_name_exists_and_behaves_as_relied_upon(ti_cpu):

@@ -222,27 +222,28 @@ def scene_from_theta(theta: np.ndarray) -> SceneParams:
     )
 
 
-_renderer = None
+_renderers = {}  # lanes -> Renderer (raymarch_frame)
 
 
 def raymarch_frame(t: float, width: int, height: int, azimuth: float = Camera.azimuth,
                    elevation: float = Camera.elevation, distance: float = Camera.distance,
-                   target: tuple[float, float, float] = Camera.target) -> dict[str, np.ndarray]:
+                   target: tuple[float, float, float] = Camera.target, lanes: int = 0) -> dict[str, np.ndarray]:
     """The parity computation "raymarch_frame": one frame on this process's backend (orbit camera around `target`).
 
     Returns linear RGB, depth, normals and march steps, and `ms`, the render time (never the
     compile: the first call compiles on a 32x32 frame); the renderer (and its compiled kernel)
-    is kept between calls, resized when the size changes.
+    is kept between calls, resized when the size changes. lanes: pixels per thread (0: the backend's packet
+    width, `engine.kernels.lanes.lanes_for`).
     """
     from engine.render import Renderer
 
-    global _renderer
-    width, height = int(width), int(height)
-    if _renderer is None:
-        _renderer = Renderer(32, 32)
-        _renderer.render(scene_at(float(t)), Camera())  # compiles (the size does not matter to it)
-    _renderer.resize(width, height)
+    width, height, lanes = int(width), int(height), int(lanes)
+    renderer = _renderers.get(lanes)
+    if renderer is None:
+        renderer = _renderers[lanes] = Renderer(32, 32, lanes=lanes or None)
+        renderer.render(scene_at(float(t)), Camera())  # compiles (the size does not matter to it)
+    renderer.resize(width, height)
     camera = Camera(azimuth=float(azimuth), elevation=float(elevation), distance=float(distance),
                     target=tuple(float(v) for v in target))
-    rgb = _renderer.render(scene_at(float(t)), camera)
-    return {"rgb": rgb, **_renderer.aovs(), "ms": np.float64(_renderer.last_ms)}
+    rgb = renderer.render(scene_at(float(t)), camera)
+    return {"rgb": rgb, **renderer.aovs(), "ms": np.float64(renderer.last_ms)}

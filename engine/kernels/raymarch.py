@@ -23,9 +23,17 @@ vulkan), from measurements on this scene:
   pixel's footprint and blends the hit colour over the background with a smooth
   coverage of that ratio, so a tiny difference in distance gives a tiny difference in
   colour (and the edges come out anti-aliased).
+
+Packets (engine.kernels.lanes): the geometry, the march, the normal, the shadow and the ambient occlusion are
+lane functions: a point is three lane values, one ray's (gpu backends: a thread per ray) or a packet's (cpu: W
+rays in one thread's SIMD registers, each ray's arithmetic the same operations as alone). Per-ray branches are
+selects; a branch that skips work (a bound far away, a letter no lane shows) is taken when any lane needs it.
+The per-ray colour (`material`, `light`, fog, tone curve) is cheap next to the ~47 SDF evaluations a pixel
+takes, and is written for one ray.
 """
 import taichi as ti
 
+from engine.kernels.lanes import all_lanes, any_lane, lane, like
 from engine.scene_layout import (GLYPH, MOVING_SLOT, N_PACKED, N_SLOTS, PACKED_AT, ROW_Z, SLOT_GLYPHS,  # noqa: F401
                                  SLOT_SPACING, SLOT_X0, TABLE_TOP, TCP_OFFSET, TILE_HALF, TILE_ROUND, TILE_Y,
                                  WORD)  # (the scene's layout)
@@ -129,85 +137,104 @@ def load_scene(prm: ti.template()) -> Scene:
 
 
 # ---------------------------------------------------------------- primitives
+# Every function from here to `scene_sdf` is a lane function (engine.kernels.lanes): a point is three lane values
+# (px, py, pz), one ray's or a packet's; branches that skip work test `any_lane`, choices per ray use ti.select.
 @ti.func
-def length(v):
-    """|v|, with a derivative of 0 instead of 0 * inf = NaN at v = 0 (a point on a segment's axis or inside a
-    box: Taichi's adjoint of sqrt at 0). Equal to v.norm() bit for bit for |v|^2 >= 1e-30."""
-    return ti.sqrt(ti.max(v.dot(v), 1e-30))
-
-
-@ti.func
-def sd_box(p: vec3, half: vec3) -> ti.f32:
-    q = ti.abs(p) - half
-    return length(ti.max(q, 0.0)) + ti.min(ti.max(q.x, ti.max(q.y, q.z)), 0.0)
+def length2(x, y):
+    """|(x, y)|, with a derivative of 0 instead of 0 * inf = NaN at 0 (a point on a segment's axis or inside a
+    box: Taichi's adjoint of sqrt at 0). Equal to the plain norm bit for bit for |.|^2 >= 1e-30."""
+    return ti.sqrt(ti.max(x * x + y * y, 1e-30))
 
 
 @ti.func
-def sd_segment2(p: vec2, a: vec2, b: vec2) -> ti.f32:
-    pa = p - a
-    ba = b - a
-    h = ti.math.clamp(pa.dot(ba) / ba.dot(ba), 0.0, 1.0)
-    return length(pa - ba * h)
+def length3(x, y, z):
+    """|(x, y, z)|, as `length2`."""
+    return ti.sqrt(ti.max(x * x + y * y + z * z, 1e-30))
 
 
 @ti.func
-def extrude(d2: ti.f32, z: ti.f32, half: ti.f32) -> ti.f32:
+def length(v):
+    """`length3` of a vec3 (one ray's vector math)."""
+    return length3(v.x, v.y, v.z)
+
+
+@ti.func
+def sd_box(px, py, pz, hx, hy, hz):
+    qx = ti.abs(px) - hx
+    qy = ti.abs(py) - hy
+    qz = ti.abs(pz) - hz
+    return length3(ti.max(qx, 0.0), ti.max(qy, 0.0), ti.max(qz, 0.0)) + ti.min(ti.max(qx, ti.max(qy, qz)), 0.0)
+
+
+@ti.func
+def sd_segment2(px, py, ax, ay, bx, by):
+    pax = px - ax
+    pay = py - ay
+    bax = bx - ax
+    bay = by - ay
+    h = ti.math.clamp((pax * bax + pay * bay) / (bax * bax + bay * bay), 0.0, 1.0)
+    return length2(pax - bax * h, pay - bay * h)
+
+
+@ti.func
+def extrude(d2, z, half):
     """Exact distance to a 2D shape (distance d2) extruded over |z| <= half."""
-    w = vec2(d2, ti.abs(z) - half)
-    return ti.min(ti.max(w.x, w.y), 0.0) + length(ti.max(w, 0.0))
+    wy = ti.abs(z) - half
+    return ti.min(ti.max(d2, wy), 0.0) + length2(ti.max(d2, 0.0), ti.max(wy, 0.0))
 
 
 @ti.func
-def sd_arc(p: vec2, ra: ti.f32) -> ti.f32:
+def sd_arc(px, py, ra):
     """Centre line of a 240-degree arc of radius ra (gap around -y)."""
-    q = vec2(ti.abs(p.x), p.y)
-    d = ti.abs(length(q) - ra)
-    if _S_SC[1] * q.x > _S_SC[0] * q.y:
-        d = length(q - vec2(_S_SC[0] * ra, _S_SC[1] * ra))
+    qx = ti.abs(px)
+    d = ti.abs(length2(qx, py) - ra)
+    return ti.select(_S_SC[1] * qx > _S_SC[0] * py, length2(qx - _S_SC[0] * ra, py - _S_SC[1] * ra), d)
+
+
+@ti.func
+def rot2(px, py, cs: ti.template()):
+    return cs[0] * px - cs[1] * py, cs[1] * px + cs[0] * py
+
+
+@ti.func
+def glyph(g, px, py):
+    """Distance to the centre lines of letter g's strokes (tile-local xy); each letter evaluated only where a lane
+    shows it."""
+    d = like(px, 0.0)
+    qx = ti.abs(px)
+    if any_lane(g == 0):  # S
+        tx, ty = rot2(px, py - _S_R, _S_TOP_ROT)
+        bx, by = rot2(px, py + _S_R, _S_BOT_ROT)
+        d = ti.select(g == 0, ti.min(sd_arc(tx, ty, _S_R), sd_arc(bx, by, _S_R)), d)
+    if any_lane(g == 1):  # H
+        d = ti.select(g == 1, ti.min(sd_segment2(qx, py, 0.1, -0.155, 0.1, 0.155),
+                                     sd_segment2(px, py, -0.1, 0.0, 0.1, 0.0)), d)
+    if any_lane(g == 2):  # A
+        d = ti.select(g == 2, ti.min(sd_segment2(qx, py, 0.0, 0.155, 0.115, -0.155),
+                                     sd_segment2(px, py, -0.062, -0.04, 0.062, -0.04)), d)
+    if any_lane(g == 3):  # N
+        d = ti.select(g == 3, ti.min(sd_segment2(qx, py, 0.1, -0.155, 0.1, 0.155),
+                                     sd_segment2(px, py, -0.1, 0.155, 0.1, -0.155)), d)
+    if any_lane(g == 4):  # O: outline of a stadium
+        d = ti.select(g == 4, ti.abs(sd_segment2(px, py, 0.0, -0.065, 0.0, 0.065) - 0.095), d)
     return d
 
 
 @ti.func
-def rot2(p: vec2, cs: ti.template()) -> vec2:
-    return vec2(cs[0] * p.x - cs[1] * p.y, cs[1] * p.x + cs[0] * p.y)
+def closer(ad, am, bd, bm):
+    """The nearer of (distance, material) a and b (a on ties)."""
+    b_nearer = bd < ad
+    return ti.select(b_nearer, bd, ad), ti.select(b_nearer, bm, am)
 
 
 @ti.func
-def glyph(g: ti.i32, p: vec2) -> ti.f32:
-    """Distance to the centre lines of letter g's strokes (tile-local xy)."""
-    d = 0.0
-    if g == 0:  # S
-        top = rot2(p - vec2(0.0, _S_R), _S_TOP_ROT)
-        bot = rot2(p + vec2(0.0, _S_R), _S_BOT_ROT)
-        d = ti.min(sd_arc(top, _S_R), sd_arc(bot, _S_R))
-    elif g == 1:  # H
-        q = vec2(ti.abs(p.x), p.y)
-        d = ti.min(sd_segment2(q, vec2(0.1, -0.155), vec2(0.1, 0.155)),
-                   sd_segment2(p, vec2(-0.1, 0.0), vec2(0.1, 0.0)))
-    elif g == 2:  # A
-        q = vec2(ti.abs(p.x), p.y)
-        d = ti.min(sd_segment2(q, vec2(0.0, 0.155), vec2(0.115, -0.155)),
-                   sd_segment2(p, vec2(-0.062, -0.04), vec2(0.062, -0.04)))
-    elif g == 3:  # N
-        q = vec2(ti.abs(p.x), p.y)
-        d = ti.min(sd_segment2(q, vec2(0.1, -0.155), vec2(0.1, 0.155)),
-                   sd_segment2(p, vec2(-0.1, 0.155), vec2(0.1, -0.155)))
-    else:  # O: outline of a stadium
-        d = ti.abs(sd_segment2(p, vec2(0.0, -0.065), vec2(0.0, 0.065)) - 0.095)
-    return d
-
-
-@ti.func
-def sd_tile(u: vec3, g: ti.i32) -> vec2:
+def sd_tile(ux, uy, uz, g):
     """A letter tile in its local frame: (distance, material). The letter stands proud of the front
     face (+z) only: the back is blank, so the fallen tile, lying on its face, shows its back."""
-    slab = sd_box(u, vec3(TILE_HALF[0] - TILE_ROUND, TILE_HALF[1] - TILE_ROUND,
-                          TILE_HALF[2] - TILE_ROUND)) - TILE_ROUND
-    letter = extrude(glyph(g, vec2(u.x, u.y)) - (STROKE - 0.008), u.z - LETTER_HALF_DEPTH, LETTER_HALF_DEPTH) - 0.008
-    res = vec2(slab, M_TILE)
-    if letter < slab:
-        res = vec2(letter, M_LETTER)
-    return res
+    slab = sd_box(ux, uy, uz, TILE_HALF[0] - TILE_ROUND, TILE_HALF[1] - TILE_ROUND, TILE_HALF[2] - TILE_ROUND) \
+        - TILE_ROUND
+    letter = extrude(glyph(g, ux, uy) - (STROKE - 0.008), uz - LETTER_HALF_DEPTH, LETTER_HALF_DEPTH) - 0.008
+    return closer(slab, like(slab, float(M_TILE)), letter, like(slab, float(M_LETTER)))
 
 
 @ti.func
@@ -217,55 +244,56 @@ def lerp(a, b, w):
     return a * (1.0 - w) + b * w
 
 
-@ti.func
-def closer(a: vec2, b: vec2) -> vec2:
-    res = a
-    if b.x < a.x:
-        res = b
-    return res
-
-
 # ---------------------------------------------------------------- scene parts
 @ti.func
-def sd_table(p: vec3) -> vec2:
+def sd_table(px, py, pz):
     # a cheap lower bound: the largest separation along one axis from the table's box
-    res = vec2(ti.max(p.y - TABLE_TOP, ti.max(ti.abs(p.x) - 1.95, ti.abs(p.z) - 0.6)), M_BOUND)
-    if p.y < NEAR_TABLE[1] and ti.abs(p.x) < NEAR_TABLE[0] and ti.abs(p.z) < NEAR_TABLE[2]:
-        top = sd_box(p - vec3(0.0, TABLE_TOP - 0.025, 0.0), vec3(1.94, 0.015, 0.59)) - 0.01
-        leg = sd_box(vec3(ti.abs(p.x) - 1.8, p.y - 0.375, ti.abs(p.z) - 0.48), vec3(0.035, 0.375, 0.035)) - 0.008
-        res = vec2(ti.min(top, leg), M_TABLE)
-    return res
+    d = ti.max(py - TABLE_TOP, ti.max(ti.abs(px) - 1.95, ti.abs(pz) - 0.6))
+    m = like(d, float(M_BOUND))
+    near = (py < NEAR_TABLE[1]) & (ti.abs(px) < NEAR_TABLE[0]) & (ti.abs(pz) < NEAR_TABLE[2])
+    if any_lane(near):
+        top = sd_box(px, py - (TABLE_TOP - 0.025), pz, 1.94, 0.015, 0.59) - 0.01
+        leg = sd_box(ti.abs(px) - 1.8, py - 0.375, ti.abs(pz) - 0.48, 0.035, 0.375, 0.035) - 0.008
+        d = ti.select(near, ti.min(top, leg), d)
+        m = ti.select(near, float(M_TABLE), m)
+    return d, m
 
 
 @ti.func
-def slot_glyph(i: ti.i32) -> ti.i32:
-    g = 0
+def slot_glyph(i):
+    g = like(i, 0)
     for s in ti.static(range(N_SLOTS)):
-        if i == s:
-            g = SLOT_GLYPHS[s]
+        g = ti.select(i == s, SLOT_GLYPHS[s], g)
     return g
 
 
 @ti.func
-def _tile_candidate(res: vec2, p: vec3, s: Scene, rel: vec3, i0: ti.i32, k, near_row: ti.i32,
-                    near_moving: ti.i32) -> vec2:
-    """Candidate k of `sd_tiles`: standing tile i0 + k (k < 2) or the moving tile (k == 2)."""
+def _tile_candidate(d, m, px, py, pz, s: Scene, rx, ry, rz, i0, k, near_row, near_moving):
+    """Candidate k of `sd_tiles`, folded into (d, m): standing tile i0 + k (k < 2) or the moving tile (k == 2)."""
     i = i0 + k
-    u = p - vec3(SLOT_X0 + SLOT_SPACING * ti.cast(i, ti.f32), TILE_Y, ROW_Z)
+    ux = px - (SLOT_X0 + SLOT_SPACING * ti.cast(i, ti.f32))
+    uy = py - TILE_Y
+    uz = pz - ROW_Z
     g = slot_glyph(i)
-    usable = near_row and 0 <= i < N_SLOTS and i != MOVING_SLOT and k < 2
-    if k == 2:
-        u = s.tile_rot @ rel
-        g = SLOT_GLYPHS[MOVING_SLOT]
+    usable = near_row & (i >= 0) & (i < N_SLOTS) & (i != MOVING_SLOT) & (k < 2)
+    if k == 2:  # (k is the same in every lane)
+        r = s.tile_rot
+        ux = r[0, 0] * rx + r[0, 1] * ry + r[0, 2] * rz
+        uy = r[1, 0] * rx + r[1, 1] * ry + r[1, 2] * rz
+        uz = r[2, 0] * rx + r[2, 1] * ry + r[2, 2] * rz
+        g = like(i, SLOT_GLYPHS[MOVING_SLOT])
         usable = near_moving
-    out = res
-    if usable:
-        out = closer(res, sd_tile(u, g))
-    return out
+    out_d, out_m = d, m
+    if any_lane(usable):
+        td, tm = sd_tile(ux, uy, uz, g)
+        cd, cm = closer(d, m, td, tm)
+        out_d = ti.select(usable, cd, d)
+        out_m = ti.select(usable, cm, m)
+    return out_d, out_m
 
 
 @ti.func
-def sd_tiles(p: vec3, s: Scene, unrolled: ti.template()) -> vec2:
+def sd_tiles(px, py, pz, s: Scene, unrolled: ti.template()):
     """The standing tiles and the moving one, with one inlined tile SDF for all of them.
 
     Tiles repeat along x, so only the two slots around p.x can hold the nearest standing
@@ -274,82 +302,107 @@ def sd_tiles(p: vec3, s: Scene, unrolled: ti.template()) -> vec2:
     `unrolled` (differentiated kernels): three inlined copies instead of a dynamic loop,
     whose loop-carried minimum Taichi's reverse mode gets silently wrong (measured).
     """
-    row_bound = sd_box(p - vec3(0.0, TILE_Y, ROW_Z), vec3(1.72, 0.25, 0.06))
-    rel = p - s.tile_pos
-    moving_dist = length(rel)
+    row_bound = sd_box(px, py - TILE_Y, pz - ROW_Z, 1.72, 0.25, 0.06)
+    rx = px - s.tile_pos.x
+    ry = py - s.tile_pos.y
+    rz = pz - s.tile_pos.z
+    moving_dist = length3(rx, ry, rz)
     moving_bound = moving_dist - 0.32
     near_row = row_bound < BOUND_MARGIN
     near_moving = moving_dist < NEAR_MOVING
-    res = vec2(ti.min(row_bound, moving_bound), M_BOUND)
-    if near_row or near_moving:
+    near = near_row | near_moving
+    d = ti.min(row_bound, moving_bound)
+    m = like(d, float(M_BOUND))
+    if any_lane(near):
         # each group is either evaluated exactly or stands in with its bound
-        res = vec2(1e9, M_BOUND)
-        if not near_row:
-            res = vec2(row_bound, M_BOUND)
-        if not near_moving:
-            res = closer(res, vec2(moving_bound, M_BOUND))
-        i0 = ti.cast(ti.floor((p.x - SLOT_X0) / SLOT_SPACING), ti.i32)
+        ed = ti.select(near_row, 1e9, row_bound)
+        em = like(d, float(M_BOUND))
+        bd, bm = closer(ed, em, moving_bound, em)
+        ed = ti.select(near_moving, ed, bd)
+        em = ti.select(near_moving, em, bm)
+        i0 = ti.cast(ti.floor((px - SLOT_X0) / SLOT_SPACING), ti.i32)
         if ti.static(unrolled):
             for k in ti.static(range(3)):
-                res = _tile_candidate(res, p, s, rel, i0, k, near_row, near_moving)
+                ed, em = _tile_candidate(ed, em, px, py, pz, s, rx, ry, rz, i0, k, near_row, near_moving)
         else:
             for k in range(3):  # a dynamic loop: one inlined copy of the tile SDF, not three
-                res = _tile_candidate(res, p, s, rel, i0, k, near_row, near_moving)
-    return res
+                ed, em = _tile_candidate(ed, em, px, py, pz, s, rx, ry, rz, i0, k, near_row, near_moving)
+        d = ti.select(near, ed, d)
+        m = ti.select(near, em, m)
+    return d, m
 
 
 @ti.func
-def sd_arm(p: vec3, s: Scene) -> vec2:
+def sd_arm(px, py, pz, s: Scene):
     """Pedestal, turret, shoulder bracket and the planar arm, in the arm plane's coordinates.
 
     Two groups, each behind its own bound: the base (a cylinder of radius 0.42 up to 1.04 m
     around the base axis) and the moving links (0.2 m around the polyline shoulder, elbow,
     wrist, tool centre, within 0.32 m of the arm plane)."""
-    dx = p.x - s.base.x
-    dz = p.z - s.base.y
-    radial = length(vec2(dx, dz))
+    dx = px - s.base.x
+    dz = pz - s.base.y
+    radial = length2(dx, dz)
     fwd = dx * s.base.w + dz * s.base.z  # forward = (sin yaw, cos yaw) in xz
     lat = dx * s.base.z - dz * s.base.w
-    res = vec2(extrude(radial - 0.42, p.y - 0.52, 0.52), M_BOUND)
-    if radial < NEAR_BASE[0] and p.y < NEAR_BASE[1]:
-        pedestal = extrude(radial - 0.25, p.y - 0.3, 0.3) - 0.02
-        plate = extrude(radial - 0.4, p.y - 0.02, 0.02)
-        res = vec2(ti.min(pedestal, plate), M_PEDESTAL)
-        turret = extrude(radial - 0.2, p.y - 0.72, 0.1) - 0.02
-        bracket = sd_box(vec3(fwd, p.y - 0.9, lat), vec3(0.12, 0.08, 0.15)) - 0.03
-        res = closer(res, vec2(ti.min(turret, bracket), M_PAINT))
-    q = vec2(fwd, p.y)
+    d = extrude(radial - 0.42, py - 0.52, 0.52)
+    m = like(d, float(M_BOUND))
+    near_base = (radial < NEAR_BASE[0]) & (py < NEAR_BASE[1])
+    if any_lane(near_base):
+        pedestal = extrude(radial - 0.25, py - 0.3, 0.3) - 0.02
+        plate = extrude(radial - 0.4, py - 0.02, 0.02)
+        turret = extrude(radial - 0.2, py - 0.72, 0.1) - 0.02
+        bracket = sd_box(fwd, py - 0.9, lat, 0.12, 0.08, 0.15) - 0.03
+        bd, bm = closer(ti.min(pedestal, plate), like(d, float(M_PEDESTAL)), ti.min(turret, bracket),
+                        like(d, float(M_PAINT)))
+        d = ti.select(near_base, bd, d)
+        m = ti.select(near_base, bm, m)
+    qx, qy = fwd, py
     tcp = s.wrist + s.tool * TCP_OFFSET
-    to_links = ti.min(sd_segment2(q, s.shoulder, s.elbow),
-                      ti.min(sd_segment2(q, s.elbow, s.wrist), sd_segment2(q, s.wrist, tcp)))
+    to_links = ti.min(sd_segment2(qx, qy, s.shoulder.x, s.shoulder.y, s.elbow.x, s.elbow.y),
+                      ti.min(sd_segment2(qx, qy, s.elbow.x, s.elbow.y, s.wrist.x, s.wrist.y),
+                             sd_segment2(qx, qy, s.wrist.x, s.wrist.y, tcp.x, tcp.y)))
     bound = ti.max(to_links - 0.2, ti.abs(lat) - 0.32)
-    if to_links < NEAR_LINKS[0] and ti.abs(lat) < NEAR_LINKS[1]:
-        upper = extrude(sd_segment2(q, s.shoulder, s.elbow) - 0.055, lat, 0.06) - 0.03
-        fore = extrude(sd_segment2(q, s.elbow, s.wrist) - 0.04, lat, 0.045) - 0.025
-        res = closer(res, vec2(ti.min(upper, fore), M_PAINT))
-        joints = ti.min(extrude(length(q - s.shoulder) - 0.115, lat, 0.185) - 0.012,
-                        ti.min(extrude(length(q - s.elbow) - 0.09, lat, 0.105) - 0.01,
-                               extrude(length(q - s.wrist) - 0.06, lat, 0.075) - 0.01))
-        res = closer(res, vec2(joints, M_JOINT))
-        v = q - s.wrist
-        along = v.x * s.tool.x + v.y * s.tool.y
-        across = v.y * s.tool.x - v.x * s.tool.y
-        palm = sd_box(vec3(along - 0.1, across, lat), vec3(0.035, 0.05, 0.27)) - 0.012
-        finger = sd_box(vec3(along - 0.215, across, ti.abs(lat) - s.grip), vec3(0.072, 0.042, 0.009)) - 0.004
-        res = closer(res, vec2(ti.min(palm, finger), M_STEEL))
-    else:
-        res = closer(res, vec2(bound, M_BOUND))
-    return res
+    near_links = (to_links < NEAR_LINKS[0]) & (ti.abs(lat) < NEAR_LINKS[1])
+    out_d, out_m = closer(d, m, bound, like(d, float(M_BOUND)))
+    if any_lane(near_links):
+        upper = extrude(sd_segment2(qx, qy, s.shoulder.x, s.shoulder.y, s.elbow.x, s.elbow.y) - 0.055, lat,
+                        0.06) - 0.03
+        fore = extrude(sd_segment2(qx, qy, s.elbow.x, s.elbow.y, s.wrist.x, s.wrist.y) - 0.04, lat, 0.045) - 0.025
+        ld, lm = closer(d, m, ti.min(upper, fore), like(d, float(M_PAINT)))
+        joints = ti.min(extrude(length2(qx - s.shoulder.x, qy - s.shoulder.y) - 0.115, lat, 0.185) - 0.012,
+                        ti.min(extrude(length2(qx - s.elbow.x, qy - s.elbow.y) - 0.09, lat, 0.105) - 0.01,
+                               extrude(length2(qx - s.wrist.x, qy - s.wrist.y) - 0.06, lat, 0.075) - 0.01))
+        ld, lm = closer(ld, lm, joints, like(d, float(M_JOINT)))
+        vx = qx - s.wrist.x
+        vy = qy - s.wrist.y
+        along = vx * s.tool.x + vy * s.tool.y
+        across = vy * s.tool.x - vx * s.tool.y
+        palm = sd_box(along - 0.1, across, lat, 0.035, 0.05, 0.27) - 0.012
+        finger = sd_box(along - 0.215, across, ti.abs(lat) - s.grip, 0.072, 0.042, 0.009) - 0.004
+        ld, lm = closer(ld, lm, ti.min(palm, finger), like(d, float(M_STEEL)))
+        out_d = ti.select(near_links, ld, out_d)
+        out_m = ti.select(near_links, lm, out_m)
+    return out_d, out_m
+
+
+@ti.func
+def scene_distance(px, py, pz, s: Scene, unrolled: ti.template()):
+    """(distance, material) of the whole scene at the lane point (px, py, pz); `unrolled` for differentiated
+    kernels (see sd_tiles)."""
+    d, m = py, like(py, float(M_FLOOR))
+    td, tm = sd_table(px, py, pz)
+    d, m = closer(d, m, td, tm)
+    td, tm = sd_tiles(px, py, pz, s, unrolled)
+    d, m = closer(d, m, td, tm)
+    td, tm = sd_arm(px, py, pz, s)
+    return closer(d, m, td, tm)
 
 
 @ti.func
 def scene_sdf(p: vec3, s: Scene, unrolled: ti.template()) -> vec2:
-    """(distance, material) of the whole scene at p; `unrolled` for differentiated kernels (see sd_tiles)."""
-    res = vec2(p.y, M_FLOOR)
-    res = closer(res, sd_table(p))
-    res = closer(res, sd_tiles(p, s, unrolled))
-    res = closer(res, sd_arm(p, s))
-    return res
+    """`scene_distance` of one ray's point p, as vec2(distance, material)."""
+    d, m = scene_distance(p.x, p.y, p.z, s, unrolled)
+    return vec2(d, m)
 
 
 # ---------------------------------------------------------------- shading
@@ -375,9 +428,11 @@ NORMAL_EPS = 0.0005
 
 
 @ti.func
-def tap_distance(p: vec3, k, s: Scene) -> ti.f32:
-    """The scene distance at `normal_at`'s tap k around p (at p + tap_sign(k) * NORMAL_EPS)."""
-    return scene_sdf(p + tap_sign(k) * NORMAL_EPS, s, False).x
+def tap_distance(px, py, pz, k, s: Scene):
+    """The scene distance at `normal_at`'s tap k around the lane point p (at p + tap_sign(k) * NORMAL_EPS)."""
+    e = tap_sign(k) * NORMAL_EPS
+    d, _ = scene_distance(px + e.x, py + e.y, pz + e.z, s, False)
+    return d
 
 
 @ti.func
@@ -389,61 +444,81 @@ def with_tap(taps: ti.math.vec4, k, d: ti.f32) -> ti.math.vec4:
 
 
 @ti.func
-def tap_normal(taps: ti.math.vec4) -> vec3:
-    """The unit normal from the distances at `normal_at`'s four taps (tetrahedral differences); `length`, so a
-    differentiated caller (`raymarch_grad.shade_slots`) gets no NaN where the taps cancel."""
-    n = vec3(0.0)
+def normal_from_taps(t0, t1, t2, t3):
+    """The unit normal (lane components) from the distances at `normal_at`'s four taps (tetrahedral
+    differences); `length3`, so a differentiated caller gets no NaN where the taps cancel."""
+    nx, ny, nz = like(t0, 0.0), like(t0, 0.0), like(t0, 0.0)
     for k in ti.static(range(4)):
-        n += tap_sign(k) * taps[k]
-    return n / length(n)
+        e = tap_sign(k)
+        d = (t0, t1, t2, t3)[k]
+        nx += e.x * d
+        ny += e.y * d
+        nz += e.z * d
+    norm = length3(nx, ny, nz)
+    return nx / norm, ny / norm, nz / norm
 
 
 @ti.func
-def normal_at(p: vec3, s: Scene) -> vec3:
+def tap_normal(taps: ti.math.vec4) -> vec3:
+    """`normal_from_taps` of one ray's taps (`raymarch_grad.shade_slots` differentiates it)."""
+    nx, ny, nz = normal_from_taps(taps[0], taps[1], taps[2], taps[3])
+    return vec3(nx, ny, nz)
+
+
+@ti.func
+def normal_at(px, py, pz, s: Scene):
     """Tetrahedral differences of the distance: 4 taps in a loop (one inlined SDF copy; untaped only)."""
-    taps = ti.math.vec4(0.0)
-    for k in range(4):
-        taps = with_tap(taps, k, tap_distance(p, k, s))
-    return tap_normal(taps)
+    t0, t1, t2, t3 = like(px, 0.0), like(px, 0.0), like(px, 0.0), like(px, 0.0)
+    for k in range(4):  # (each tap by a select: see `with_tap`)
+        d = tap_distance(px, py, pz, k, s)
+        t0 = ti.select(k == 0, d, t0)
+        t1 = ti.select(k == 1, d, t1)
+        t2 = ti.select(k == 2, d, t2)
+        t3 = ti.select(k == 3, d, t3)
+    return normal_from_taps(t0, t1, t2, t3)
 
 
 @ti.func
-def soft_shadow(ro: vec3, rd: vec3, s: Scene) -> ti.f32:
-    """Penumbra from the closest approach to occluders (iq's improved soft shadow:
-    estimates the true closest distance between two steps, which removes banding)."""
-    res = 1.0
-    t = 0.015
-    prev_h = 1e10
+def soft_shadow(ox, oy, oz, s: Scene, active):
+    """Penumbra towards the key light from the lane point o, in the lanes where `active` (0 elsewhere): the
+    closest approach to occluders (iq's improved soft shadow: estimates the true closest distance between two
+    steps, which removes banding)."""
+    res = like(ox, 1.0)
+    t = like(ox, 0.015)
+    prev_h = like(ox, 1e10)
+    done = ti.select(active, 0, 1)
     for _ in range(SHADOW_STEPS):
-        hm = scene_sdf(ro + rd * t, s, False)
-        h = hm.x
-        if hm.y != M_BOUND:
-            y = h * h / (2.0 * prev_h)
-            closest = ti.sqrt(ti.max(h * h - y * y, 0.0))
-            res = ti.min(res, 10.0 * closest / ti.max(t - y, 1e-4))
-            prev_h = h
-        else:
-            # A bound's distance is no distance to the surfaces the next sample measures: kept as
-            # prev_h it made y exceed h there (closest approach 0: a hard black speck on the floor).
-            prev_h = 1e10
-        t += ti.math.clamp(h, 0.01, 0.5)
-        if res < 0.001 or t > 8.0 or ro.y + rd.y * t > SCENE_TOP:  # nothing stands above SCENE_TOP
+        h, hm = scene_distance(ox + s.sun.x * t, oy + s.sun.y * t, oz + s.sun.z * t, s, False)
+        live = done == 0
+        surface = hm != M_BOUND
+        y = h * h / (2.0 * prev_h)
+        closest = ti.sqrt(ti.max(h * h - y * y, 0.0))
+        res = ti.select(live & surface, ti.min(res, 10.0 * closest / ti.max(t - y, 1e-4)), res)
+        # A bound's distance is no distance to the surfaces the next sample measures: kept as
+        # prev_h it made y exceed h there (closest approach 0: a hard black speck on the floor).
+        prev_h = ti.select(live, ti.select(surface, h, 1e10), prev_h)
+        t = ti.select(live, t + ti.math.clamp(h, 0.01, 0.5), t)
+        stop = (res < 0.001) | (t > 8.0) | (oy + s.sun.y * t > SCENE_TOP)  # nothing stands above SCENE_TOP
+        done = ti.select(live & stop, 1, done)
+        if all_lanes(done != 0):
             break
     res = ti.math.clamp(res, 0.0, 1.0)
-    return res * res * (3.0 - 2.0 * res)
+    return ti.select(active, res * res * (3.0 - 2.0 * res), 0.0)
 
 
 @ti.func
-def ambient_occlusion(p: vec3, n: vec3, s: Scene) -> ti.f32:
-    occ = 0.0
+def ambient_occlusion(px, py, pz, nx, ny, nz, s: Scene):
+    occ = like(px, 0.0)
     weight = 1.0
     for i in range(5):
         h = 0.012 + 0.04 * ti.cast(i, ti.f32)
-        occ += ti.max(h - scene_sdf(p + n * h, s, False).x, 0.0) * weight
+        d, _ = scene_distance(px + nx * h, py + ny * h, pz + nz * h, s, False)
+        occ += ti.max(h - d, 0.0) * weight
         weight *= 0.8
     return ti.math.clamp(1.0 - 2.5 * occ, 0.0, 1.0)
 
 
+# From here to `tone_map`, one ray's colour: cheap next to the SDF evaluations above, so written once for one ray.
 @ti.func
 def sky(rd: vec3) -> vec3:
     k = ti.math.clamp(rd.y * 1.6, 0.0, 1.0)
@@ -500,18 +575,6 @@ def material(m: ti.i32, p: vec3, t: ti.f32, s: Scene):
     return albedo, spec, squarings
 
 
-@ti.func
-def shade(p: vec3, rd: vec3, t: ti.f32, s: Scene):
-    """Lit colour at a surface point, and its normal."""
-    n = normal_at(p, s)
-    m = ti.cast(scene_sdf(p, s, False).y, ti.i32)
-    shadow = 0.0
-    if n.dot(s.sun) > 0.0:
-        shadow = soft_shadow(p + n * 0.002, s.sun, s)
-    ao = ambient_occlusion(p, n, s)
-    return light(p, rd, t, n, m, shadow, ao, s), n
-
-
 MAX_SQUARINGS = 7  # the highest shininess of `material`, as a number of squarings
 
 
@@ -556,155 +619,179 @@ def fog(colour: vec3, rd: vec3, t: ti.f32) -> vec3:
     return lerp(colour, sky(rd), f)
 
 
+
+
 @ti.func
-def primary_ray(fwd: vec3, right: vec3, up: vec3, row: ti.i32, col: ti.i32, inv_w: ti.f32, inv_h: ti.f32) -> vec3:
-    """Unit direction through the centre of pixel (row, col) (row 0 at the top)."""
+def primary_ray(fwd: vec3, right: vec3, up: vec3, row, col, inv_w: ti.f32, inv_h: ti.f32):
+    """Unit direction (lane components) through the centre of pixel (row, col) (row 0 at the top; col a lane
+    value)."""
     u = (ti.cast(col, ti.f32) + 0.5) * inv_w * 2.0 - 1.0
     v = 1.0 - (ti.cast(row, ti.f32) + 0.5) * inv_h * 2.0
-    rd = fwd + right * u + up * v
-    return rd / rd.norm()
+    dx = fwd.x + right.x * u + up.x * v
+    dy = fwd.y + right.y * u + up.y * v
+    dz = fwd.z + right.z * u + up.z * v
+    norm = ti.sqrt(dx * dx + dy * dy + dz * dz + 0.0)  # (+ 0.0: Taichi's vec3.norm(), which this once was)
+    return dx / norm, dy / norm, dz / norm
 
 
 EDGE_MAX_PX = 8.0  # local closest approaches farther than this (in pixel footprints) are not edge candidates
 
 
-@ti.dataclass
-class March:
-    """A primary ray's march: what it found, and its state while it runs (`march_step`).
+def march_state(lanes: int):
+    """The struct type of a primary ray's march over `lanes` rays (1: one ray, plain f32/i32 fields).
 
     hit, t: whether and where it hit (after REFINE_STEPS more steps); steps: iterations;
     near_t, near_ratio: its closest approach before any hit, in pixel footprints (the
-    forward renderer's coverage of near misses); edge0, edge1: its two deepest local
-    closest approaches before a hit, as (ratio, bracket lo, bracket hi): the occluding
-    edges the ray passed (the differentiable renderer's silhouettes, hit-to-hit included).
-    While it runs: refined (steps since the hit), r1, t1 and r2, t2 (ratio and t of the
-    previous two steps), done (1 once the march has stopped).
+    forward renderer's coverage of near misses); edge0_*, edge1_*: its two deepest local
+    closest approaches before a hit, as ratio and bracket (lo, hi): the occluding edges the
+    ray passed (the differentiable renderer's silhouettes, hit-to-hit included). While it
+    runs: refined (steps since the hit), r1, t1 and r2, t2 (ratio and t of the previous two
+    steps), done (1 once the march has stopped).
     """
-    hit: ti.i32
-    t: ti.f32
-    steps: ti.i32
-    near_t: ti.f32
-    near_ratio: ti.f32
-    edge0: vec3
-    edge1: vec3
-    refined: ti.i32
-    r1: ti.f32
-    r2: ti.f32
-    t1: ti.f32
-    t2: ti.f32
-    done: ti.i32
+    f = ti.f32 if lanes == 1 else ti.types.vector(lanes, ti.f32)
+    i = ti.i32 if lanes == 1 else ti.types.vector(lanes, ti.i32)
+    return ti.types.struct(hit=i, t=f, steps=i, near_t=f, near_ratio=f, edge0_ratio=f, edge0_lo=f, edge0_hi=f,
+                           edge1_ratio=f, edge1_lo=f, edge1_hi=f, refined=i, r1=f, r2=f, t1=f, t2=f, done=i)
+
+
+class _MarchStates(dict):
+    """lanes -> `march_state(lanes)`, made on first use: a kernel indexes this (a Python call in a kernel would be
+    traced with a warning)."""
+
+    def __missing__(self, lanes: int):
+        self[lanes] = march_state(lanes)
+        return self[lanes]
+
+
+MARCH_STATES = _MarchStates()
+March = MARCH_STATES[1]
 
 
 @ti.func
-def march_start() -> March:
-    """A march before its first step."""
-    return March(hit=0, t=0.0, steps=0, near_t=0.0, near_ratio=1e9, edge0=vec3(1e9, 0.0, 0.0),
-                 edge1=vec3(1e9, 0.0, 0.0), refined=0, r1=1e9, r2=1e9, t1=0.0, t2=0.0, done=0)
+def march_start(state: ti.template(), x):
+    """A march of type `state` (`march_state`) before its first step; x: any lane value of its width."""
+    zero, zero_i, far = like(x, 0.0), like(x, 0), like(x, 1e9)
+    return state(hit=zero_i, t=zero, steps=zero_i, near_t=zero, near_ratio=far, edge0_ratio=far, edge0_lo=zero,
+                 edge0_hi=zero, edge1_ratio=far, edge1_lo=zero, edge1_hi=zero, refined=zero_i, r1=far, r2=far,
+                 t1=zero, t2=zero, done=zero_i)
 
 
 @ti.func
-def march_step(m: March, ro: vec3, rd: vec3, pixel: ti.f32, s: Scene) -> March:
-    """One sphere-tracing step of a running march (see `March`); sets `done` where the march stops."""
+def march_step(m: ti.template(), ro: vec3, dx, dy, dz, pixel: ti.f32, s: Scene):
+    """One sphere-tracing step of the running lanes of march m (see `march_state`); sets `done` where a lane
+    stops. Lanes already done keep their state."""
     out = m
-    out.steps += 1
+    live = m.done == 0
     t = m.t
-    res = scene_sdf(ro + rd * t, s, False)
-    if m.hit != 0:
-        out.refined += 1
-    elif res.x < HIT_EPS * t:
-        out.hit = 1
-        out.refined = 1
-    else:
-        ratio = res.x / (pixel * t + 1e-6)
-        if ratio < out.near_ratio:
-            out.near_ratio = ratio
-            out.near_t = t
-        r1 = m.r1
-        if r1 < m.r2 and r1 <= ratio and r1 < EDGE_MAX_PX:  # the previous step was a local closest approach
-            found = vec3(r1, m.t2, t)
-            if r1 < out.edge0.x:
-                out.edge1 = out.edge0
-                out.edge0 = found
-            elif r1 < out.edge1.x:
-                out.edge1 = found
-        out.r2, out.t2 = r1, m.t1
-        out.r1, out.t1 = ratio, t
-    t += res.x
-    out.t = t
-    if out.refined == REFINE_STEPS:
-        out.done = 1
-    if out.hit == 0 and (t > T_MAX or (rd.y > 0.0 and ro.y + rd.y * t > SCENE_TOP)):  # nothing more to hit
-        out.done = 1
+    d, _ = scene_distance(ro.x + dx * t, ro.y + dy * t, ro.z + dz * t, s, False)
+    out.steps = m.steps + ti.select(live, 1, 0)
+    was_hit = live & (m.hit != 0)
+    hits = live & (m.hit == 0) & (d < HIT_EPS * t)
+    misses = live & (m.hit == 0) & (hits == 0)
+    out.refined = ti.select(was_hit, m.refined + 1, ti.select(hits, 1, m.refined))
+    out.hit = ti.select(hits, 1, m.hit)
+    ratio = d / (pixel * t + 1e-6)
+    nearer = misses & (ratio < m.near_ratio)
+    out.near_ratio = ti.select(nearer, ratio, m.near_ratio)
+    out.near_t = ti.select(nearer, t, m.near_t)
+    r1 = m.r1
+    edge = misses & (r1 < m.r2) & (r1 <= ratio) & (r1 < EDGE_MAX_PX)  # the previous step was a local closest approach
+    deepest = edge & (r1 < m.edge0_ratio)
+    second = edge & (deepest == 0) & (r1 < m.edge1_ratio)
+    out.edge1_ratio = ti.select(deepest, m.edge0_ratio, ti.select(second, r1, m.edge1_ratio))
+    out.edge1_lo = ti.select(deepest, m.edge0_lo, ti.select(second, m.t2, m.edge1_lo))
+    out.edge1_hi = ti.select(deepest, m.edge0_hi, ti.select(second, t, m.edge1_hi))
+    out.edge0_ratio = ti.select(deepest, r1, m.edge0_ratio)
+    out.edge0_lo = ti.select(deepest, m.t2, m.edge0_lo)
+    out.edge0_hi = ti.select(deepest, t, m.edge0_hi)
+    out.r2 = ti.select(misses, r1, m.r2)
+    out.t2 = ti.select(misses, m.t1, m.t2)
+    out.r1 = ti.select(misses, ratio, m.r1)
+    out.t1 = ti.select(misses, t, m.t1)
+    t = t + d
+    out.t = ti.select(live, t, m.t)
+    stop = (out.refined == REFINE_STEPS) | ((out.hit == 0) & ((t > T_MAX) | ((dy > 0.0) & (ro.y + dy * t > SCENE_TOP))))
+    out.done = ti.select(live & stop, 1, m.done)  # (out.hit == 0: nothing more to hit)
     return out
 
 
 @ti.func
-def march(ro: vec3, rd: vec3, pixel: ti.f32, s: Scene) -> March:
-    """Sphere-trace one primary ray (see `March`)."""
-    m = march_start()
+def march(state: ti.template(), ro: vec3, dx, dy, dz, pixel: ti.f32, s: Scene):
+    """Sphere-trace the lane ray(s) (ro, d): a march of type `state` (`march_state`), until every lane is done."""
+    m = march_start(state, dx)
     for _ in range(MAX_STEPS):
-        m = march_step(m, ro, rd, pixel, s)
-        if m.done != 0:
+        m = march_step(m, ro, dx, dy, dz, pixel, s)
+        if all_lanes(m.done != 0):
             break
     return m
 
 
 @ti.func
-def march_pair(ro: vec3, rd_a: vec3, rd_b: vec3, pixel: ti.f32, s: Scene):
-    """`march` of two rays from one origin, their steps interleaved in one loop: each ray's steps are a
-    chain of dependent operations (t -> SDF -> t), so two independent chains keep a CPU core's units
-    busier (measured: ~15 % faster per ray on this machine's cpu backend). Each ray's arithmetic is
-    `march`'s, bit for bit."""
-    a = march_start()
-    b = march_start()
-    for _ in range(MAX_STEPS):
-        if a.done == 0:
-            a = march_step(a, ro, rd_a, pixel, s)
-        if b.done == 0:
-            b = march_step(b, ro, rd_b, pixel, s)
-        if a.done != 0 and b.done != 0:
-            break
-    return a, b
+def packet_columns(packet: ti.i32, width: ti.i32, lanes: ti.template()):
+    """The columns of a packet of `lanes` pixels along a row (a lane value); a last packet that overhangs the
+    row repeats the row's last column (computed, never written: see `render`)."""
+    if ti.static(lanes > 1):
+        return ti.min(ti.Vector([packet * lanes + j for j in ti.static(range(lanes))]), width - 1)
+    else:
+        return ti.min(packet, width - 1)
+
+
+@ti.func
+def camera(prm: ti.template()):
+    """The camera's position, right, up and forward axes (`P_CAM_*`) from the packed parameters."""
+    ro = vec3(prm[P_CAM_POS], prm[P_CAM_POS + 1], prm[P_CAM_POS + 2])
+    right = vec3(prm[P_CAM_RIGHT], prm[P_CAM_RIGHT + 1], prm[P_CAM_RIGHT + 2])
+    up = vec3(prm[P_CAM_UP], prm[P_CAM_UP + 1], prm[P_CAM_UP + 2])
+    fwd = vec3(prm[P_CAM_FWD], prm[P_CAM_FWD + 1], prm[P_CAM_FWD + 2])
+    return ro, right, up, fwd
 
 
 @ti.kernel
 def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dtype=ti.f32, ndim=3),
            depth: ti.types.ndarray(dtype=ti.f32, ndim=2), normal: ti.types.ndarray(dtype=ti.f32, ndim=3),
-           steps: ti.types.ndarray(dtype=ti.i32, ndim=2)):
+           steps: ti.types.ndarray(dtype=ti.i32, ndim=2), lanes: ti.template()):
+    """The frame, `lanes` pixels of a row per thread (engine.kernels.lanes: a packet on the cpu, 1 on a gpu)."""
     height, width = rgb.shape[0], rgb.shape[1]
     inv_w = 1.0 / ti.cast(width, ti.f32)
     inv_h = 1.0 / ti.cast(height, ti.f32)
     # small work units: pixel cost varies 10x across the frame (sky vs shadowed geometry),
     # so the cpu backend's threads need fine-grained chunks to finish together
-    ti.loop_config(block_dim=128)
-    for row, col in ti.ndrange(height, width):
+    ti.loop_config(block_dim=ti.static(max(128 // lanes, 8)))
+    for row, packet in ti.ndrange(height, (width + lanes - 1) // lanes):
         s = load_scene(prm)
-        ro = vec3(prm[P_CAM_POS], prm[P_CAM_POS + 1], prm[P_CAM_POS + 2])
-        right = vec3(prm[P_CAM_RIGHT], prm[P_CAM_RIGHT + 1], prm[P_CAM_RIGHT + 2])
-        up = vec3(prm[P_CAM_UP], prm[P_CAM_UP + 1], prm[P_CAM_UP + 2])
-        fwd = vec3(prm[P_CAM_FWD], prm[P_CAM_FWD + 1], prm[P_CAM_FWD + 2])
-        rd = primary_ray(fwd, right, up, row, col, inv_w, inv_h)
-        m = march(ro, rd, prm[P_PIXEL], s)
-        # shade the hit, or the surface a near miss grazed (blended by the share of the pixel
-        # it covers): one shading call site keeps the kernel small
-        t = m.t
-        colour = sky(rd)
-        n = vec3(0.0)
-        d_out = T_MAX
-        cover = 1.0
-        if m.hit == 0:
-            cover = 1.0 - ti.math.smoothstep(0.0, 1.0, m.near_ratio)
-            t = m.near_t
-        else:
-            d_out = t
-        if cover > 0.0:
-            lit, n_lit = shade(ro + rd * t, rd, t, s)
-            colour = lerp(colour, fog(lit, rd, t), cover)
-            if m.hit != 0:
-                n = n_lit
-        colour = tone_map(colour)
-        for k in ti.static(range(3)):
-            rgb[row, col, k] = colour[k]
-            normal[row, col, k] = n[k]
-        depth[row, col] = d_out
-        steps[row, col] = m.steps
+        ro, right, up, fwd = camera(prm)
+        dx, dy, dz = primary_ray(fwd, right, up, row, packet_columns(packet, width, lanes), inv_w, inv_h)
+        m = march(MARCH_STATES[lanes], ro, dx, dy, dz, prm[P_PIXEL], s)
+        # shade the hit, or the surface a near miss grazed (blended by the share of the pixel it covers)
+        t = ti.select(m.hit == 0, m.near_t, m.t)
+        cover = ti.select(m.hit == 0, 1.0 - ti.math.smoothstep(0.0, 1.0, m.near_ratio), 1.0)
+        shaded = cover > 0.0
+        px, py, pz = ro.x + dx * t, ro.y + dy * t, ro.z + dz * t
+        nx, ny, nz, mat, shadow, ao = like(t, 0.0), like(t, 0.0), like(t, 0.0), like(t, 0.0), like(t, 0.0), \
+            like(t, 0.0)
+        if any_lane(shaded):
+            nx, ny, nz = normal_at(px, py, pz, s)
+            _, mat = scene_distance(px, py, pz, s, False)
+            lit = shaded & (nx * s.sun.x + ny * s.sun.y + nz * s.sun.z > 0.0)
+            shadow = soft_shadow(px + nx * 0.002, py + ny * 0.002, pz + nz * 0.002, s, lit)
+            ao = ambient_occlusion(px, py, pz, nx, ny, nz, s)
+        for j in ti.static(range(lanes)):  # each lane's colour, one ray at a time
+            col = packet * lanes + j
+            if col < width:
+                rd = vec3(lane(dx, j), lane(dy, j), lane(dz, j))
+                tj = lane(t, j)
+                colour = sky(rd)
+                n = vec3(0.0)
+                if lane(shaded, j):
+                    nj = vec3(lane(nx, j), lane(ny, j), lane(nz, j))
+                    lit = light(vec3(lane(px, j), lane(py, j), lane(pz, j)), rd, tj, nj,
+                                ti.cast(lane(mat, j), ti.i32), lane(shadow, j), lane(ao, j), s)
+                    colour = lerp(colour, fog(lit, rd, tj), lane(cover, j))
+                    if lane(m.hit, j) != 0:
+                        n = nj
+                colour = tone_map(colour)
+                for k in ti.static(range(3)):
+                    rgb[row, col, k] = colour[k]
+                    normal[row, col, k] = n[k]
+                depth[row, col] = ti.select(lane(m.hit, j) != 0, tj, T_MAX)
+                steps[row, col] = lane(m.steps, j)

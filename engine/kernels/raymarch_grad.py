@@ -8,7 +8,7 @@ with every function shared with the forward renderer (`engine.kernels.raymarch`:
 normals, materials, `light`, sky, fog, tone curve; `engine.kernels.kinematics`: theta ->
 Scene), in kernels of which only one evaluates the SDF under the tape:
 
-1. `march_pixels` (untaped) marches each pixel's ray (`raymarch.march_pair`) and says which of
+1. `march_pixels` (untaped) marches each pixel's ray (`raymarch.march`, in packets on the cpu) and says which of
    its *slots* exist: layer 0 of pixel px (pixel slot px) is the ray's hit; layers
    1..N_LAYERS-1 (pixel slots k * n_px + px) are the ray's deepest local closest approaches
    before its hit (or miss): the occluding edges it grazed, against the sky or against a
@@ -57,9 +57,11 @@ one compile serves every resolution.
 import taichi as ti
 
 from engine.kernels.kinematics import scene_from_theta, theta_of, theta_row
-from engine.kernels.raymarch import (M_BOUND, NORMAL_EPS, SHADOW_STEPS, SCENE_TOP, March, Scene, ambient_occlusion,
-                                     fog, lerp, light, load_scene, march_pair, primary_ray, scene_sdf, sky,
-                                     tap_distance, tap_normal, tap_sign, tone_map, with_tap)
+from engine.kernels.lanes import lane
+from engine.kernels.raymarch import (MARCH_STATES, M_BOUND, NORMAL_EPS, SCENE_TOP, SHADOW_STEPS, Scene,
+                                     ambient_occlusion, fog, lerp, light, load_scene, march, packet_columns,
+                                     primary_ray, scene_sdf, sky, tap_distance, tap_normal, tap_sign, tone_map,
+                                     with_tap)
 from engine.scene_layout import N_GEOMETRIC
 
 vec2 = ti.math.vec2
@@ -92,8 +94,8 @@ def camera_ray(cam: ti.template(), px: ti.i32, width: ti.i32, height: ti.i32):
     right = vec3(cam[3], cam[4], cam[5])
     up = vec3(cam[6], cam[7], cam[8])
     fwd = vec3(cam[9], cam[10], cam[11])
-    rd = primary_ray(fwd, right, up, row, col, 1.0 / ti.cast(width, ti.f32), 1.0 / ti.cast(height, ti.f32))
-    return ro, rd, cam[12]
+    dx, dy, dz = primary_ray(fwd, right, up, row, col, 1.0 / ti.cast(width, ti.f32), 1.0 / ti.cast(height, ti.f32))
+    return ro, vec3(dx, dy, dz), cam[12]
 
 
 @ti.func
@@ -172,37 +174,40 @@ def penumbra(ratio: ti.f32) -> ti.f32:
 
 
 @ti.func
-def record_march(m: March, px: ti.i32, n_px: ti.i32, edge_px: ti.f32, active: ti.template(), march_t: ti.template(),
-                 march_edges: ti.template()):
-    """`march_pixels`' outputs for pixel px's march m."""
-    active[px] = 1 if m.hit != 0 else 0
-    march_t[px] = m.t
+def record_march(m: ti.template(), j: ti.template(), px: ti.i32, n_px: ti.i32, edge_px: ti.f32, active: ti.template(),
+                 march_t: ti.template(), march_edges: ti.template()):
+    """`march_pixels`' outputs for pixel px, lane j of march m."""
+    active[px] = 1 if lane(m.hit, j) != 0 else 0
+    march_t[px] = lane(m.t, j)
     for layer in ti.static(range(1, N_LAYERS)):
-        edge = m.edge0 if ti.static(layer == 1) else m.edge1
-        active[layer * n_px + px] = 1 if edge.x < edge_px * REFINE_MARGIN else 0  # (see REFINE_MARGIN)
-        march_edges[px, layer - 1] = vec2(edge.y, edge.z)
+        ratio, lo, hi = lane(m.edge0_ratio, j), lane(m.edge0_lo, j), lane(m.edge0_hi, j)
+        if ti.static(layer == 2):
+            ratio, lo, hi = lane(m.edge1_ratio, j), lane(m.edge1_lo, j), lane(m.edge1_hi, j)
+        active[layer * n_px + px] = 1 if ratio < edge_px * REFINE_MARGIN else 0  # (see REFINE_MARGIN)
+        march_edges[px, layer - 1] = vec2(lo, hi)
 
 
 @ti.kernel
 def march_pixels(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, edge_px: ti.f32,
-                 active: ti.template(), march_t: ti.template(), march_edges: ti.template()):
+                 active: ti.template(), march_t: ti.template(), march_edges: ti.template(), lanes: ti.template()):
     """Untaped: march every pixel and say which of its slots exist: active[layer * n_px + px] (layer 0: the ray
     hit; layers 1..: an edge layer within reach, see REFINE_MARGIN), with march_t[px] the hit's t and
     march_edges[px, layer - 1] the edge layer's bracket (lo, hi) for `hold`. scene: the packed Scene
     (`kinematics.kinematics`: the kinematics once, not per pixel). edge_px: the widest edge (in pixel
-    footprints) that still gets a layer. Pixels are marched two at a time, side by side (`raymarch.march_pair`;
-    an odd last pixel is marched twice)."""
-    ti.loop_config(block_dim=64)
-    for pair in range((width * height + 1) // 2):
+    footprints) that still gets a layer. `lanes` pixels of a row per thread (`raymarch.render`)."""
+    ti.loop_config(block_dim=ti.static(max(64 // lanes, 8)))
+    for row, packet in ti.ndrange(height, (width + lanes - 1) // lanes):
         s = load_scene(scene)
         n_px = width * height
-        px_a = 2 * pair
-        px_b = ti.min(px_a + 1, n_px - 1)
-        ro, rd_a, pixel = camera_ray(cam, px_a, width, height)
-        _, rd_b, _ = camera_ray(cam, px_b, width, height)
-        a, b = march_pair(ro, rd_a, rd_b, pixel, s)
-        record_march(a, px_a, n_px, edge_px, active, march_t, march_edges)
-        record_march(b, px_b, n_px, edge_px, active, march_t, march_edges)
+        ro, right, up, fwd = vec3(cam[0], cam[1], cam[2]), vec3(cam[3], cam[4], cam[5]), \
+            vec3(cam[6], cam[7], cam[8]), vec3(cam[9], cam[10], cam[11])
+        dx, dy, dz = primary_ray(fwd, right, up, row, packet_columns(packet, width, lanes),
+                                 1.0 / ti.cast(width, ti.f32), 1.0 / ti.cast(height, ti.f32))
+        m = march(MARCH_STATES[lanes], ro, dx, dy, dz, cam[12], s)
+        for j in ti.static(range(lanes)):
+            col = packet * lanes + j
+            if col < width:
+                record_march(m, j, row * width + col, n_px, edge_px, active, march_t, march_edges)
 
 
 @ti.kernel
@@ -235,12 +240,12 @@ def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32
         values[slot, S_POINT] = hm.x
         taps = ti.math.vec4(0.0)
         for k in range(4):  # `normal_at`'s taps, kept as samples
-            d = tap_distance(p, k, s)
+            d = tap_distance(p.x, p.y, p.z, k, s)
             taps = with_tap(taps, k, d)
             points[slot, S_TAP0 + k] = p + tap_sign(k) * NORMAL_EPS
             values[slot, S_TAP0 + k] = d
         n = tap_normal(taps)
-        held_ao[slot] = ambient_occlusion(p, n, s)
+        held_ao[slot] = ambient_occlusion(p.x, p.y, p.z, n.x, n.y, n.z, s)
         sh = 0.0
         q = p
         fq = 0.0
