@@ -81,9 +81,13 @@ def _already_evaluated() -> None:
 class DiffRenderer:
     """See the module docstring."""
 
-    def __init__(self, max_width: int = 256, max_height: int = 128):
+    def __init__(self, max_width: int = 256, max_height: int = 128, lanes: int | None = None):
+        """max_width, max_height: the largest view (fields are allocated for it); lanes: pixels and slots per
+        thread of the untaped march and hold (None: the backend's packet width, `engine.kernels.lanes.lanes_for`;
+        the result is the same bit for bit at any width)."""
         check_size(max_width, max_height)
         self.max_width, self.max_height = int(max_width), int(max_height)
+        self.lanes = lanes or lanes_for(backend.arch_in_use())
         max_px = self.max_width * self.max_height
         max_slots = int(max_px * SLOTS_PER_PIXEL)  # compact slots: only those that exist (`_march`)
         self.n_slots = 0
@@ -289,7 +293,7 @@ class DiffRenderer:
         capacity = self.slot_pos.shape[0]
         launch(kinematics, self.theta, self.scene)
         launch(raymarch_grad.march_pixels, self.scene, self.cam, self.width, self.height, self.edge_px, self.active,
-               self.march_t, self.march_edges, lanes_for(backend.arch_in_use()))
+               self.march_t, self.march_edges, self.lanes)
         launch(reduce.compact, self.active, n_pixel_slots, capacity, self.compact_partial, self.slot_pos,
                self.slot_count)
         count = int(self.slot_count[None])
@@ -307,7 +311,8 @@ class DiffRenderer:
         gradient-free copy of theta and computes no parameter gradient."""
         n_slots = self.n_slots
         launch(raymarch_grad.hold, self.scene, self.cam, self.width, self.height, self.slot_pos, n_slots, self.march_t,
-               self.march_edges, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.values)
+               self.march_edges, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.values,
+               self.lanes)
         self.theta_fixed.copy_from(self.theta)
         launch(fill_rows, self.points.grad, n_slots, 0.0)
         launch(raymarch_grad.seed_samples, self.values, n_slots)

@@ -239,3 +239,16 @@ def test_comparing_the_forward_image_removes_the_floor_under_a_png_and_keeps_the
                         height=height)
     assert np.abs(away["grad"]).max() > 0.0 and away["loss"] > 100.0 * matched["loss"]
     np.testing.assert_allclose(away["grad"], same["grad"], rtol=0.0, atol=1e-4 * np.abs(same["grad"]).max())
+
+
+def test_packets_march_and_hold_as_one_ray_per_thread_does():
+    """The cpu's packets (engine.kernels.lanes: march_pixels, hold) and one pixel or slot per thread give the same
+    image, held samples and gradient, bit for bit: 61 columns (a partly filled last packet in every row), edge
+    layers and shadowed slots (golden-section searches in packets)."""
+    from app.scenes.robot_arm import theta_at
+
+    out = _render_call("cpu", "packets_vs_one_ray", theta=theta_at(0.5))
+    assert out["lanes"] > 1
+    for key in ("image", "loss", "grad", "t", "shadow", "values", "points"):
+        assert np.array_equal(out[f"one_{key}"], out[f"packets_{key}"]), key
+    assert (out["one_shadow"] > 0.0).sum() > 10 and out["n_slots"] > 61 * 40 // 2  # shadows, edge layers

@@ -184,3 +184,30 @@ def run_gradients_after_views(theta: np.ndarray, small: tuple = (64, 32), large:
     left = np.array([float(np.abs(f.grad.to_numpy()).max()) for f in fields])
     return {"first": first, "again": again, "first_loss": np.float64(first_loss), "again_loss": np.float64(again_loss),
             "left": left}
+
+
+def run_packets_vs_one_ray(theta: np.ndarray, width: int = 61, height: int = 40, max_width: int = 512,
+                           max_height: int = 256) -> dict:
+    """The computation "packets_vs_one_ray": the shared renderer's image, loss, gradient and held samples with its
+    march and hold one pixel or slot per thread ("one_*") and in the backend's packets ("packets_*",
+    `engine.kernels.lanes`), at theta against 0.9 x its own image; "n_slots", "lanes"."""
+    r = shared_renderer(max_width, max_height)
+    packets = r.lanes
+    out = {"lanes": np.int64(packets)}
+    try:
+        for name, lanes in (("one", 1), ("packets", packets)):
+            r.lanes = lanes
+            r.set_view(Camera(), int(width), int(height))
+            r.set_loss("l2", 1, 1.0)
+            r.set_theta(theta)
+            image = r.render()
+            r.set_target(0.9 * image)
+            loss, grad = r.loss_and_gradient()
+            n = r.n_slots
+            out.update({f"{name}_image": image, f"{name}_loss": np.float64(loss), f"{name}_grad": grad,
+                        f"{name}_t": r.held_t.to_numpy()[:n], f"{name}_shadow": r.held_shadow.to_numpy()[:n],
+                        f"{name}_values": r.values.to_numpy()[:n], f"{name}_points": r.points.to_numpy()[:n]})
+            out["n_slots"] = np.int64(n)
+    finally:
+        r.lanes = packets
+    return out

@@ -76,3 +76,25 @@ def lane(x, j: ti.template()):
         return x[j]
     else:
         return x
+
+
+@ti.func
+def with_lane(x, j: ti.template(), value):
+    """x with lane j set to value (value itself for one value): how a kernel gathers a packet from a field."""
+    if ti.static(is_packet(x)):
+        out = x
+        out[j] = value
+        return out
+    else:
+        return value
+
+
+@ti.func
+def packet_indices(packet: ti.i32, count: ti.i32, lanes: ti.template()):
+    """The indices of packet `packet` of `lanes` consecutive items of `count` (a lane value): pixels of a row,
+    slots. A last packet that overhangs repeats the last item (computed, never written: the caller checks
+    `packet * lanes + j < count`)."""
+    if ti.static(lanes > 1):
+        return ti.min(ti.Vector([packet * lanes + j for j in ti.static(range(lanes))]), count - 1)
+    else:
+        return ti.min(packet, count - 1)

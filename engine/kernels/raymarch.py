@@ -33,7 +33,7 @@ takes, and is written for one ray.
 """
 import taichi as ti
 
-from engine.kernels.lanes import all_lanes, any_lane, lane, like
+from engine.kernels.lanes import all_lanes, any_lane, lane, like, packet_indices
 from engine.scene_layout import (GLYPH, MOVING_SLOT, N_PACKED, N_SLOTS, PACKED_AT, ROW_Z, SLOT_GLYPHS,  # noqa: F401
                                  SLOT_SPACING, SLOT_X0, TABLE_TOP, TCP_OFFSET, TILE_HALF, TILE_ROUND, TILE_Y,
                                  WORD)  # (the scene's layout)
@@ -436,11 +436,11 @@ def tap_distance(px, py, pz, k, s: Scene):
 
 
 @ti.func
-def with_tap(taps: ti.math.vec4, k, d: ti.f32) -> ti.math.vec4:
-    """taps with tap k (a runtime index) set to d, by a select per component: `taps[k] = d` in `normal_at`'s loop
-    left the cpu's image bit for bit as it was but moved vulkan's (lavapipe): 172 pixels of the 2048x1024 parity
-    frame off by more than 1e-4 instead of 14 (measured, docs/RESULTS.md)."""
-    return ti.select(ti.math.ivec4(0, 1, 2, 3) == k, d, taps)
+def with_tap(t0, t1, t2, t3, k, d):
+    """The four taps (lane values) with tap k (a runtime index) set to d, by a select per tap: `taps[k] = d` on a
+    vec4 in `normal_at`'s loop left the cpu's image bit for bit as it was but moved vulkan's (lavapipe): 172 pixels
+    of the 2048x1024 parity frame off by more than 1e-4 instead of 14 (measured, docs/RESULTS.md)."""
+    return ti.select(k == 0, d, t0), ti.select(k == 1, d, t1), ti.select(k == 2, d, t2), ti.select(k == 3, d, t3)
 
 
 @ti.func
@@ -469,12 +469,8 @@ def tap_normal(taps: ti.math.vec4) -> vec3:
 def normal_at(px, py, pz, s: Scene):
     """Tetrahedral differences of the distance: 4 taps in a loop (one inlined SDF copy; untaped only)."""
     t0, t1, t2, t3 = like(px, 0.0), like(px, 0.0), like(px, 0.0), like(px, 0.0)
-    for k in range(4):  # (each tap by a select: see `with_tap`)
-        d = tap_distance(px, py, pz, k, s)
-        t0 = ti.select(k == 0, d, t0)
-        t1 = ti.select(k == 1, d, t1)
-        t2 = ti.select(k == 2, d, t2)
-        t3 = ti.select(k == 3, d, t3)
+    for k in range(4):
+        t0, t1, t2, t3 = with_tap(t0, t1, t2, t3, k, tap_distance(px, py, pz, k, s))
     return normal_from_taps(t0, t1, t2, t3)
 
 
@@ -727,16 +723,6 @@ def march(state: ti.template(), ro: vec3, dx, dy, dz, pixel: ti.f32, s: Scene):
 
 
 @ti.func
-def packet_columns(packet: ti.i32, width: ti.i32, lanes: ti.template()):
-    """The columns of a packet of `lanes` pixels along a row (a lane value); a last packet that overhangs the
-    row repeats the row's last column (computed, never written: see `render`)."""
-    if ti.static(lanes > 1):
-        return ti.min(ti.Vector([packet * lanes + j for j in ti.static(range(lanes))]), width - 1)
-    else:
-        return ti.min(packet, width - 1)
-
-
-@ti.func
 def camera(prm: ti.template()):
     """The camera's position, right, up and forward axes (`P_CAM_*`) from the packed parameters."""
     ro = vec3(prm[P_CAM_POS], prm[P_CAM_POS + 1], prm[P_CAM_POS + 2])
@@ -760,7 +746,7 @@ def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dt
     for row, packet in ti.ndrange(height, (width + lanes - 1) // lanes):
         s = load_scene(prm)
         ro, right, up, fwd = camera(prm)
-        dx, dy, dz = primary_ray(fwd, right, up, row, packet_columns(packet, width, lanes), inv_w, inv_h)
+        dx, dy, dz = primary_ray(fwd, right, up, row, packet_indices(packet, width, lanes), inv_w, inv_h)
         m = march(MARCH_STATES[lanes], ro, dx, dy, dz, prm[P_PIXEL], s)
         # shade the hit, or the surface a near miss grazed (blended by the share of the pixel it covers)
         t = ti.select(m.hit == 0, m.near_t, m.t)

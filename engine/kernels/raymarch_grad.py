@@ -57,11 +57,11 @@ one compile serves every resolution.
 import taichi as ti
 
 from engine.kernels.kinematics import scene_from_theta, theta_of, theta_row
-from engine.kernels.lanes import lane
+from engine.kernels.lanes import all_lanes, any_lane, lane, like, packet_indices, with_lane
 from engine.kernels.raymarch import (MARCH_STATES, M_BOUND, NORMAL_EPS, SCENE_TOP, SHADOW_STEPS, Scene,
-                                     ambient_occlusion, fog, lerp, light, load_scene, march, packet_columns,
-                                     primary_ray, scene_sdf, sky, tap_distance, tap_normal, tap_sign, tone_map,
-                                     with_tap)
+                                     ambient_occlusion, fog, lerp, light, load_scene, march, normal_from_taps,
+                                     primary_ray, scene_distance, scene_sdf, sky, tap_distance, tap_normal, tap_sign,
+                                     tone_map, with_tap)
 from engine.scene_layout import N_GEOMETRIC
 
 vec2 = ti.math.vec2
@@ -98,72 +98,71 @@ def camera_ray(cam: ti.template(), px: ti.i32, width: ti.i32, height: ti.i32):
     return ro, vec3(dx, dy, dz), cam[12]
 
 
+# `closeness`, `golden_closest`, `shadow_closest` and `hold` are lane functions (engine.kernels.lanes): a ray's
+# origin and direction are three lane values each (one slot's, or a packet of slots' on the cpu).
 @ti.func
-def closeness(ro: vec3, rd: vec3, t: ti.f32, a: ti.f32, b: ti.f32, s: Scene) -> ti.f32:
-    """Distance at ro + t rd over (a t + b): in pixel footprints for primary rays, the penumbra ratio for shadows."""
-    h = scene_sdf(ro + rd * t, s, False)
-    r = h.x / (a * t + b)
-    if h.y == M_BOUND:
-        r = FAR_RATIO
-    return r
+def closeness(ox, oy, oz, dx, dy, dz, t, a, b, s: Scene):
+    """Distance at o + t d over (a t + b): in pixel footprints for primary rays, the penumbra ratio for shadows."""
+    h, m = scene_distance(ox + dx * t, oy + dy * t, oz + dz * t, s, False)
+    return ti.select(m == M_BOUND, FAR_RATIO, h / (a * t + b))
 
 
 @ti.func
-def golden_closest(ro: vec3, rd: vec3, a: ti.f32, b: ti.f32, lo: ti.f32, hi: ti.f32, s: Scene) -> ti.f32:
+def golden_closest(ox, oy, oz, dx, dy, dz, a, b, lo, hi, s: Scene):
     """t in [lo, hi] minimising `closeness` (golden-section search; one SDF call site)."""
     x1 = hi - GOLDEN * (hi - lo)
     x2 = lo + GOLDEN * (hi - lo)
-    f1 = 0.0
-    f2 = 0.0
+    f1 = like(lo, 0.0)
+    f2 = like(lo, 0.0)
     for k in range(GOLDEN_STEPS + 2):
-        left = f1 < f2
+        left = f1 < f2  # the minimum lies in [lo, x2]
         x = x1
         if k == 1:
             x = x2
         elif k >= 2:
-            if left:  # the minimum lies in [lo, x2]
-                hi, x2, f2 = x2, x1, f1
-                x = hi - GOLDEN * (hi - lo)
-            else:
-                lo, x1, f1 = x1, x2, f2
-                x = lo + GOLDEN * (hi - lo)
-        fx = closeness(ro, rd, x, a, b, s)
-        if k == 0 or (k >= 2 and left):
-            x1, f1 = x, fx
-        else:
-            x2, f2 = x, fx
-    best = x2
-    if f1 < f2:
-        best = x1
-    return best
+            hi, x2, f2, lo, x1, f1 = (ti.select(left, x2, hi), ti.select(left, x1, x2), ti.select(left, f1, f2),
+                                      ti.select(left, lo, x1), ti.select(left, x1, x2), ti.select(left, f1, f2))
+            x = ti.select(left, hi - GOLDEN * (hi - lo), lo + GOLDEN * (hi - lo))
+        fx = closeness(ox, oy, oz, dx, dy, dz, x, a, b, s)
+        first = (k == 0) | ((k >= 2) & left)
+        x1, f1, x2, f2 = ti.select(first, x, x1), ti.select(first, fx, f1), ti.select(first, x2, x), \
+            ti.select(first, f2, fx)
+    return ti.select(f1 < f2, x1, x2)
 
 
 @ti.func
-def shadow_closest(ro: vec3, rd: vec3, s: Scene) -> ti.f32:
-    """The shadow ray's closest approach to an occluder: t minimising distance / t, or 0 when unoccluded.
+def shadow_closest(ox, oy, oz, s: Scene, active):
+    """The shadow ray's (from o towards the key light) closest approach to an occluder: t minimising distance / t,
+    or 0 when unoccluded or not `active`.
 
     Steps as `raymarch.soft_shadow` does (bounds skipped), keeps the best step and its
     neighbours, then refines by golden-section search."""
-    t = SHADOW_START
-    best, best_lo, best_hi = FAR_RATIO, 0.0, 0.0
+    sx, sy, sz = s.sun.x, s.sun.y, s.sun.z
+    t = like(ox, SHADOW_START)
+    best, best_lo, best_hi = like(ox, FAR_RATIO), like(ox, 0.0), like(ox, 0.0)
     prev_t = t
-    pending = False  # the best step's right neighbour is the next step
+    pending = like(ox, 0)  # the best step's right neighbour is the next step
+    done = ti.select(active, 0, 1)
     for _ in range(SHADOW_STEPS):
-        hm = scene_sdf(ro + rd * t, s, False)
-        if pending:
-            best_hi = t
-            pending = False
-        if hm.y != M_BOUND and hm.x / t < best:
-            best, best_lo, pending = hm.x / t, prev_t, True
-        prev_t = t
-        t += ti.math.clamp(hm.x, 0.01, 0.5)
-        if PENUMBRA * best < 0.001 or t > 8.0 or ro.y + rd.y * t > SCENE_TOP:
+        h, m = scene_distance(ox + sx * t, oy + sy * t, oz + sz * t, s, False)
+        live = done == 0
+        best_hi = ti.select(live & (pending != 0), t, best_hi)
+        pending = ti.select(live, 0, pending)
+        better = live & (m != M_BOUND) & (h / t < best)
+        best, best_lo, pending = ti.select(better, h / t, best), ti.select(better, prev_t, best_lo), \
+            ti.select(better, 1, pending)
+        prev_t = ti.select(live, t, prev_t)
+        t = ti.select(live, t + ti.math.clamp(h, 0.01, 0.5), t)
+        stop = (PENUMBRA * best < 0.001) | (t > 8.0) | (oy + sy * t > SCENE_TOP)
+        done = ti.select(live & stop, 1, done)
+        if all_lanes(done != 0):
             break
-    if pending:
-        best_hi = t
-    out = 0.0
-    if PENUMBRA * best < REFINE_MARGIN:  # the refined minimum can be lower than the best step: refine near misses too
-        out = golden_closest(ro, rd, 1.0, 0.0, best_lo, best_hi, s)
+    best_hi = ti.select(pending != 0, t, best_hi)
+    # the refined minimum can be lower than the best step: refine near misses too
+    refine = active & (PENUMBRA * best < REFINE_MARGIN)
+    out = like(ox, 0.0)
+    if any_lane(refine):
+        out = ti.select(refine, golden_closest(ox, oy, oz, sx, sy, sz, 1.0, 0.0, best_lo, best_hi, s), out)
     return out
 
 
@@ -201,7 +200,7 @@ def march_pixels(scene: ti.template(), cam: ti.template(), width: ti.i32, height
         n_px = width * height
         ro, right, up, fwd = vec3(cam[0], cam[1], cam[2]), vec3(cam[3], cam[4], cam[5]), \
             vec3(cam[6], cam[7], cam[8]), vec3(cam[9], cam[10], cam[11])
-        dx, dy, dz = primary_ray(fwd, right, up, row, packet_columns(packet, width, lanes),
+        dx, dy, dz = primary_ray(fwd, right, up, row, packet_indices(packet, width, lanes),
                                  1.0 / ti.cast(width, ti.f32), 1.0 / ti.cast(height, ti.f32))
         m = march(MARCH_STATES[lanes], ro, dx, dy, dz, cam[12], s)
         for j in ti.static(range(lanes)):
@@ -214,52 +213,74 @@ def march_pixels(scene: ti.template(), cam: ti.template(), width: ti.i32, height
 def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, slot_pos: ti.template(),
          n_slots: ti.i32, march_t: ti.template(), march_edges: ti.template(), held_t: ti.template(),
          held_mat: ti.template(), held_ao: ti.template(), held_shadow: ti.template(), points: ti.template(),
-         values: ti.template()):
+         values: ti.template(), lanes: ti.template()):
     """Untaped: hold every slot (see the module docstring), with the scene distance at every held point
     (`values`: what `sdf_samples` gives at this theta, evaluated where the hold needs it anyway). Slot c is
     pixel slot slot_pos[c] (layer * n_px + px, `march_pixels`' active ones, in order: `reduce.compact`).
     held_shadow: the shadow ray's parameter s at its closest approach (0: nothing shadows; -1: the sample
-    there is a bound, not a surface)."""
-    ti.loop_config(block_dim=128)
-    for slot in range(n_slots):
+    there is a bound, not a surface). `lanes` consecutive slots per thread (`raymarch.render`)."""
+    ti.loop_config(block_dim=ti.static(max(128 // lanes, 8)))
+    for packet in range((n_slots + lanes - 1) // lanes):
         s = load_scene(scene)
         n_px = width * height
-        pos = slot_pos[slot]
+        slot = packet_indices(packet, n_slots, lanes)
+        pos = like(slot, 0)
+        for j in ti.static(range(lanes)):
+            pos = with_lane(pos, j, slot_pos[lane(slot, j)])
         layer = pos // n_px
         px = pos - layer * n_px
-        ro, rd, pixel = camera_ray(cam, px, width, height)
-        t = march_t[px]
-        if layer > 0:
-            edge = march_edges[px, layer - 1]
-            t = golden_closest(ro, rd, pixel, 1e-6, edge.x, edge.y, s)
-        p = ro + rd * t
-        hm = scene_sdf(p, s, False)
-        held_t[slot] = t
-        held_mat[slot] = ti.cast(hm.y, ti.i32)
-        points[slot, S_POINT] = p
-        values[slot, S_POINT] = hm.x
-        taps = ti.math.vec4(0.0)
+        row = px // width
+        ro, right, up, fwd = vec3(cam[0], cam[1], cam[2]), vec3(cam[3], cam[4], cam[5]), \
+            vec3(cam[6], cam[7], cam[8]), vec3(cam[9], cam[10], cam[11])
+        dx, dy, dz = primary_ray(fwd, right, up, row, px - row * width, 1.0 / ti.cast(width, ti.f32),
+                                 1.0 / ti.cast(height, ti.f32))
+        t, lo, hi = like(dx, 0.0), like(dx, 0.0), like(dx, 0.0)
+        for j in ti.static(range(lanes)):
+            edge = march_edges[lane(px, j), ti.max(lane(layer, j) - 1, 0)]
+            t, lo, hi = with_lane(t, j, march_t[lane(px, j)]), with_lane(lo, j, edge.x), with_lane(hi, j, edge.y)
+        if any_lane(layer > 0):
+            t = ti.select(layer > 0, golden_closest(ro.x, ro.y, ro.z, dx, dy, dz, cam[12], 1e-6, lo, hi, s), t)
+        px_, py_, pz_ = ro.x + dx * t, ro.y + dy * t, ro.z + dz * t
+        h, mat = scene_distance(px_, py_, pz_, s, False)
+        for j in ti.static(range(lanes)):
+            if packet * lanes + j < n_slots:
+                c = lane(slot, j)
+                held_t[c] = lane(t, j)
+                held_mat[c] = ti.cast(lane(mat, j), ti.i32)
+                points[c, S_POINT] = vec3(lane(px_, j), lane(py_, j), lane(pz_, j))
+                values[c, S_POINT] = lane(h, j)
+        t0, t1, t2, t3 = like(h, 0.0), like(h, 0.0), like(h, 0.0), like(h, 0.0)
         for k in range(4):  # `normal_at`'s taps, kept as samples
-            d = tap_distance(p.x, p.y, p.z, k, s)
-            taps = with_tap(taps, k, d)
-            points[slot, S_TAP0 + k] = p + tap_sign(k) * NORMAL_EPS
-            values[slot, S_TAP0 + k] = d
-        n = tap_normal(taps)
-        held_ao[slot] = ambient_occlusion(p.x, p.y, p.z, n.x, n.y, n.z, s)
-        sh = 0.0
-        q = p
-        fq = 0.0
-        if n.dot(s.sun) > 0.0:
-            sh = shadow_closest(p + n * SHADOW_OFFSET, s.sun, s)
-            q = p + n * SHADOW_OFFSET + s.sun * sh
-            if sh > 0.0:
-                hq = scene_sdf(q, s, False)
-                fq = hq.x
-                if hq.y == M_BOUND:
-                    sh = -1.0
-        held_shadow[slot] = sh
-        points[slot, S_SHADOW] = q
-        values[slot, S_SHADOW] = ti.select(sh > 0.0, fq, 0.0)
+            d = tap_distance(px_, py_, pz_, k, s)
+            t0, t1, t2, t3 = with_tap(t0, t1, t2, t3, k, d)
+            e = tap_sign(k) * NORMAL_EPS
+            for j in ti.static(range(lanes)):
+                if packet * lanes + j < n_slots:
+                    points[lane(slot, j), S_TAP0 + k] = vec3(lane(px_, j), lane(py_, j), lane(pz_, j)) + e
+                    values[lane(slot, j), S_TAP0 + k] = lane(d, j)
+        nx, ny, nz = normal_from_taps(t0, t1, t2, t3)
+        ao = ambient_occlusion(px_, py_, pz_, nx, ny, nz, s)
+        lit = nx * s.sun.x + ny * s.sun.y + nz * s.sun.z > 0.0
+        sh, fq = like(h, 0.0), like(h, 0.0)
+        qx, qy, qz = px_, py_, pz_
+        if any_lane(lit):
+            ox, oy, oz = px_ + nx * SHADOW_OFFSET, py_ + ny * SHADOW_OFFSET, pz_ + nz * SHADOW_OFFSET
+            sh = shadow_closest(ox, oy, oz, s, lit)
+            qx = ti.select(lit, ox + s.sun.x * sh, px_)
+            qy = ti.select(lit, oy + s.sun.y * sh, py_)
+            qz = ti.select(lit, oz + s.sun.z * sh, pz_)
+            shadowed = lit & (sh > 0.0)
+            if any_lane(shadowed):
+                hq, mq = scene_distance(qx, qy, qz, s, False)
+                fq = ti.select(shadowed, hq, 0.0)
+                sh = ti.select(shadowed & (mq == M_BOUND), -1.0, sh)
+        for j in ti.static(range(lanes)):
+            if packet * lanes + j < n_slots:
+                c = lane(slot, j)
+                held_ao[c] = lane(ao, j)
+                held_shadow[c] = lane(sh, j)
+                points[c, S_SHADOW] = vec3(lane(qx, j), lane(qy, j), lane(qz, j))
+                values[c, S_SHADOW] = ti.select(lane(sh, j) > 0.0, lane(fq, j), 0.0)
 
 
 @ti.kernel
