@@ -140,7 +140,8 @@ class Renderer:
 
     Attributes:
         last_ms (float): the wall time of the last `render`, launch to sync, in milliseconds (the
-            first call also compiles the kernel, about 20 s per backend before the offline cache).
+            first call also compiles the kernel before the offline cache has it: ~75 s on 2 cpu cores in
+            packets of 8, ~10-20 s at one ray per thread).
 
     Raises:
         UserError: a size out of range or too large for the memory available (`check_size`).
