@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
             image = renderer.render(scene, camera)  # compile (first size only) and warm up
             progress.update(1)
             ours_full = image if ours_full is None else ours_full
-            rows.append((f"ours ({arch}, {renderer.lanes} lanes)", f"{width}x{height}",
+            rows.append((f"ours ({arch}, {renderer.lanes} lane{'s' if renderer.lanes > 1 else ''})", f"{width}x{height}",
                          _median_ms(lambda: renderer.render(scene, camera), options.repeats, progress), ""))
         if arch == "cpu":
             width, height = SIZES[0]
