@@ -417,7 +417,7 @@ FLOOR_LINE = (0.2, 0.21, 0.23)
 
 @ti.func
 def tap_sign(k) -> vec3:
-    """Tetrahedral tap k of `normal_at`: (+,-,-), (-,-,+), (-,+,-), (+,+,+), each sign from the bits of k."""
+    """Tetrahedral tap k of `surface_at`: (+,-,-), (-,-,+), (-,+,-), (+,+,+), each sign from the bits of k."""
     sx = 1.0 if (k == 0 or k == 3) else -1.0
     sy = 1.0 if k >= 2 else -1.0
     sz = 1.0 if (k == 1 or k == 3) else -1.0
@@ -428,24 +428,24 @@ NORMAL_EPS = 0.0005
 
 
 @ti.func
-def tap_distance(px, py, pz, k, s: Scene):
-    """The scene distance at `normal_at`'s tap k around the lane point p (at p + tap_sign(k) * NORMAL_EPS)."""
-    e = tap_sign(k) * NORMAL_EPS
-    d, _ = scene_distance(px + e.x, py + e.y, pz + e.z, s, False)
-    return d
+def tap_sample(px, py, pz, k, s: Scene):
+    """(distance, material) at `surface_at`'s sample k around the lane point p: tetrahedral tap k (k < 4, at
+    p + tap_sign(k) * NORMAL_EPS) or p itself (k = 4)."""
+    e = ti.select(k < 4, tap_sign(k) * NORMAL_EPS, 0.0)
+    return scene_distance(px + e.x, py + e.y, pz + e.z, s, False)
 
 
 @ti.func
 def with_tap(t0, t1, t2, t3, k, d):
     """The four taps (lane values) with tap k (a runtime index) set to d, by a select per tap: `taps[k] = d` on a
-    vec4 in `normal_at`'s loop left the cpu's image bit for bit as it was but moved vulkan's (lavapipe): 172 pixels
+    vec4 in the taps' loop left the cpu's image bit for bit as it was but moved vulkan's (lavapipe): 172 pixels
     of the 2048x1024 parity frame off by more than 1e-4 instead of 14 (measured, docs/RESULTS.md)."""
     return ti.select(k == 0, d, t0), ti.select(k == 1, d, t1), ti.select(k == 2, d, t2), ti.select(k == 3, d, t3)
 
 
 @ti.func
 def normal_from_taps(t0, t1, t2, t3):
-    """The unit normal (lane components) from the distances at `normal_at`'s four taps (tetrahedral
+    """The unit normal (lane components) from the distances at `surface_at`'s four taps (tetrahedral
     differences); `length3`, so a differentiated caller gets no NaN where the taps cancel."""
     nx, ny, nz = like(t0, 0.0), like(t0, 0.0), like(t0, 0.0)
     for k in ti.static(range(4)):
@@ -466,12 +466,15 @@ def tap_normal(taps: ti.math.vec4) -> vec3:
 
 
 @ti.func
-def normal_at(px, py, pz, s: Scene):
-    """Tetrahedral differences of the distance: 4 taps in a loop (one inlined SDF copy; untaped only)."""
-    t0, t1, t2, t3 = like(px, 0.0), like(px, 0.0), like(px, 0.0), like(px, 0.0)
-    for k in range(4):
-        t0, t1, t2, t3 = with_tap(t0, t1, t2, t3, k, tap_distance(px, py, pz, k, s))
-    return normal_from_taps(t0, t1, t2, t3)
+def surface_at(px, py, pz, s: Scene):
+    """The four tetrahedral taps around the lane point p (for `normal_from_taps`), then the distance and material
+    at p itself: five scene evaluations in one loop, so one inlined SDF copy (untaped only)."""
+    t0, t1, t2, t3, d0, m0 = like(px, 0.0), like(px, 0.0), like(px, 0.0), like(px, 0.0), like(px, 0.0), like(px, 0.0)
+    for k in range(5):
+        d, m = tap_sample(px, py, pz, k, s)
+        t0, t1, t2, t3 = with_tap(t0, t1, t2, t3, k, d)
+        d0, m0 = ti.select(k == 4, d, d0), ti.select(k == 4, m, m0)
+    return t0, t1, t2, t3, d0, m0
 
 
 @ti.func
@@ -756,8 +759,8 @@ def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dt
         nx, ny, nz, mat, shadow, ao = like(t, 0.0), like(t, 0.0), like(t, 0.0), like(t, 0.0), like(t, 0.0), \
             like(t, 0.0)
         if any_lane(shaded):
-            nx, ny, nz = normal_at(px, py, pz, s)
-            _, mat = scene_distance(px, py, pz, s, False)
+            t0, t1, t2, t3, _, mat = surface_at(px, py, pz, s)
+            nx, ny, nz = normal_from_taps(t0, t1, t2, t3)
             lit = shaded & (nx * s.sun.x + ny * s.sun.y + nz * s.sun.z > 0.0)
             shadow = soft_shadow(px + nx * 0.002, py + ny * 0.002, pz + nz * 0.002, s, lit)
             ao = ambient_occlusion(px, py, pz, nx, ny, nz, s)

@@ -59,9 +59,9 @@ import taichi as ti
 from engine.kernels.kinematics import scene_from_theta, theta_of, theta_row
 from engine.kernels.lanes import all_lanes, any_lane, lane, like, packet_indices, with_lane
 from engine.kernels.raymarch import (MARCH_STATES, M_BOUND, NORMAL_EPS, SCENE_TOP, SHADOW_STEPS, Scene,
-                                     ambient_occlusion, fog, lerp, light, load_scene, march, normal_from_taps,
-                                     primary_ray, scene_distance, scene_sdf, sky, tap_distance, tap_normal, tap_sign,
-                                     tone_map, with_tap)
+                                     ambient_occlusion, camera, fog, lerp, light, load_scene, march, normal_from_taps,
+                                     primary_ray, scene_distance, scene_sdf, sky, surface_at, tap_normal, tap_sign,
+                                     tone_map)
 from engine.scene_layout import N_GEOMETRIC
 
 vec2 = ti.math.vec2
@@ -86,16 +86,21 @@ REFINE_MARGIN = 2.0
 
 
 @ti.func
-def camera_ray(cam: ti.template(), px: ti.i32, width: ti.i32, height: ti.i32):
-    """Origin, unit direction and pixel footprint (radians) of pixel px (row-major) of a width x height image."""
+def camera_rays(cam: ti.template(), px, width: ti.i32, height: ti.i32):
+    """Origin, unit direction (lane components) and pixel footprint (radians) of pixel(s) px (row-major, a lane
+    value) of a width x height image. cam: N_CAM values, the camera's axes laid out as `raymarch.P_CAM_*`."""
     row = px // width
-    col = px - row * width
-    ro = vec3(cam[0], cam[1], cam[2])
-    right = vec3(cam[3], cam[4], cam[5])
-    up = vec3(cam[6], cam[7], cam[8])
-    fwd = vec3(cam[9], cam[10], cam[11])
-    dx, dy, dz = primary_ray(fwd, right, up, row, col, 1.0 / ti.cast(width, ti.f32), 1.0 / ti.cast(height, ti.f32))
-    return ro, vec3(dx, dy, dz), cam[12]
+    ro, right, up, fwd = camera(cam)
+    dx, dy, dz = primary_ray(fwd, right, up, row, px - row * width, 1.0 / ti.cast(width, ti.f32),
+                             1.0 / ti.cast(height, ti.f32))
+    return ro, dx, dy, dz, cam[12]
+
+
+@ti.func
+def camera_ray(cam: ti.template(), px: ti.i32, width: ti.i32, height: ti.i32):
+    """`camera_rays` of one pixel, its direction a vec3."""
+    ro, dx, dy, dz, pixel = camera_rays(cam, px, width, height)
+    return ro, vec3(dx, dy, dz), pixel
 
 
 # `closeness`, `golden_closest`, `shadow_closest` and `hold` are lane functions (engine.kernels.lanes): a ray's
@@ -198,11 +203,8 @@ def march_pixels(scene: ti.template(), cam: ti.template(), width: ti.i32, height
     for row, packet in ti.ndrange(height, (width + lanes - 1) // lanes):
         s = load_scene(scene)
         n_px = width * height
-        ro, right, up, fwd = vec3(cam[0], cam[1], cam[2]), vec3(cam[3], cam[4], cam[5]), \
-            vec3(cam[6], cam[7], cam[8]), vec3(cam[9], cam[10], cam[11])
-        dx, dy, dz = primary_ray(fwd, right, up, row, packet_indices(packet, width, lanes),
-                                 1.0 / ti.cast(width, ti.f32), 1.0 / ti.cast(height, ti.f32))
-        m = march(MARCH_STATES[lanes], ro, dx, dy, dz, cam[12], s)
+        ro, dx, dy, dz, pixel = camera_rays(cam, row * width + packet_indices(packet, width, lanes), width, height)
+        m = march(MARCH_STATES[lanes], ro, dx, dy, dz, pixel, s)
         for j in ti.static(range(lanes)):
             col = packet * lanes + j
             if col < width:
@@ -229,35 +231,26 @@ def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32
             pos = with_lane(pos, j, slot_pos[lane(slot, j)])
         layer = pos // n_px
         px = pos - layer * n_px
-        row = px // width
-        ro, right, up, fwd = vec3(cam[0], cam[1], cam[2]), vec3(cam[3], cam[4], cam[5]), \
-            vec3(cam[6], cam[7], cam[8]), vec3(cam[9], cam[10], cam[11])
-        dx, dy, dz = primary_ray(fwd, right, up, row, px - row * width, 1.0 / ti.cast(width, ti.f32),
-                                 1.0 / ti.cast(height, ti.f32))
+        ro, dx, dy, dz, pixel = camera_rays(cam, px, width, height)
         t, lo, hi = like(dx, 0.0), like(dx, 0.0), like(dx, 0.0)
         for j in ti.static(range(lanes)):
             edge = march_edges[lane(px, j), ti.max(lane(layer, j) - 1, 0)]
             t, lo, hi = with_lane(t, j, march_t[lane(px, j)]), with_lane(lo, j, edge.x), with_lane(hi, j, edge.y)
         if any_lane(layer > 0):
-            t = ti.select(layer > 0, golden_closest(ro.x, ro.y, ro.z, dx, dy, dz, cam[12], 1e-6, lo, hi, s), t)
+            t = ti.select(layer > 0, golden_closest(ro.x, ro.y, ro.z, dx, dy, dz, pixel, 1e-6, lo, hi, s), t)
         px_, py_, pz_ = ro.x + dx * t, ro.y + dy * t, ro.z + dz * t
-        h, mat = scene_distance(px_, py_, pz_, s, False)
+        t0, t1, t2, t3, h, mat = surface_at(px_, py_, pz_, s)  # the normal's taps, kept as samples too
         for j in ti.static(range(lanes)):
             if packet * lanes + j < n_slots:
                 c = lane(slot, j)
+                p = vec3(lane(px_, j), lane(py_, j), lane(pz_, j))
                 held_t[c] = lane(t, j)
                 held_mat[c] = ti.cast(lane(mat, j), ti.i32)
-                points[c, S_POINT] = vec3(lane(px_, j), lane(py_, j), lane(pz_, j))
+                points[c, S_POINT] = p
                 values[c, S_POINT] = lane(h, j)
-        t0, t1, t2, t3 = like(h, 0.0), like(h, 0.0), like(h, 0.0), like(h, 0.0)
-        for k in range(4):  # `normal_at`'s taps, kept as samples
-            d = tap_distance(px_, py_, pz_, k, s)
-            t0, t1, t2, t3 = with_tap(t0, t1, t2, t3, k, d)
-            e = tap_sign(k) * NORMAL_EPS
-            for j in ti.static(range(lanes)):
-                if packet * lanes + j < n_slots:
-                    points[lane(slot, j), S_TAP0 + k] = vec3(lane(px_, j), lane(py_, j), lane(pz_, j)) + e
-                    values[lane(slot, j), S_TAP0 + k] = lane(d, j)
+                for k in ti.static(range(4)):
+                    points[c, S_TAP0 + k] = p + tap_sign(k) * NORMAL_EPS
+                    values[c, S_TAP0 + k] = lane((t0, t1, t2, t3)[k], j)
         nx, ny, nz = normal_from_taps(t0, t1, t2, t3)
         ao = ambient_occlusion(px_, py_, pz_, nx, ny, nz, s)
         lit = nx * s.sun.x + ny * s.sun.y + nz * s.sun.z > 0.0
