@@ -7,7 +7,10 @@ Warp (bench/warp_raymarch.py, the same SDFs and shading, on Warp's CPU device, o
 when ours runs on CUDA) at 2048x1024, after checking that it renders the same frame
 as ours within the parity tolerance (>= 99.95 % of pixels within 1e-4, none off by
 more than 5e-2). Each figure is the median of --repeats warm frames at t = 0.5.
-Warp is optional: without warp-lang installed only our times are printed.
+Warp is optional: without warp-lang installed only our times are printed. On the cpu the same frames also run on
+lavapipe (Vulkan on the same cores, one ray per thread) in a worker process, checked for the same image first;
+its times are the renderer's launch to sync (`raymarch_frame`'s ms), ours include reading the image back
+(conservative against ours).
 """
 from __future__ import annotations
 
@@ -33,11 +36,39 @@ def _median_ms(render, repeats: int, progress) -> float:
     return statistics.median(times)
 
 
+def _lavapipe_rows(ours_full, repeats: int, progress) -> list[tuple]:
+    """Our kernel on Vulkan (lavapipe: the same cores) at every size, in a worker process; the first frame at the
+    largest size checked against ours (the parity claim's tolerance) before anything is timed."""
+    from app.claims.raymarch_parity import pixel_parity
+    from app.claims.thresholds import PIXEL_ATOL, PIXEL_MAX_ERR, PIXEL_MIN_SHARE
+    from engine.worker import BackendWorker
+
+    rows = []
+    with BackendWorker("vulkan") as worker:
+        for width, height in SIZES:
+            first = worker.call("raymarch_frame", t=T, width=width, height=height)  # compiles (first size only)
+            progress.update(1)
+            note = ""
+            if (width, height) == SIZES[0]:
+                share, max_err, _ = pixel_parity(ours_full, first["rgb"])
+                note = f"same image: {share * 100:.4f}% within {PIXEL_ATOL:g}, max err {max_err:.2g}"
+                if share < PIXEL_MIN_SHARE or max_err > PIXEL_MAX_ERR:
+                    raise UserError(f"lavapipe does not render the same frame ({note}); not timing it")
+            times = []
+            for _ in range(repeats):
+                times.append(float(worker.call("raymarch_frame", t=T, width=width, height=height)["ms"]))
+                progress.update(1)
+            rows.append(("ours (vulkan: lavapipe, 1 lane)", f"{width}x{height}", statistics.median(times),
+                         "launch to sync" + (f"; {note}" if note else "")))
+    return rows
+
+
 def main(argv: list[str]) -> int:
     parser = bench_parser("raymarch", __doc__)
     parser.add_argument("--repeats", type=int, default=3,
                         help="warm frames per size (the median is reported; default %(default)s)")
-    parser.add_argument("--no-warp", action="store_true", help="time ours only")
+    parser.add_argument("--no-warp", action="store_true", help="do not time the Warp port")
+    parser.add_argument("--no-lavapipe", action="store_true", help="on the cpu, do not time vulkan beside it")
     options = parser.parse_args(argv)
     if options.repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {options.repeats})")
@@ -59,7 +90,7 @@ def main(argv: list[str]) -> int:
         except ImportError as exc:
             print(f"warp not importable ({exc}); timing ours only")
     rows = []
-    extra = (1 if warp else 0) + (1 if arch == "cpu" else 0)
+    extra = (1 if warp else 0) + (1 if arch == "cpu" else 0) + (len(SIZES) if arch == "cpu" and not options.no_lavapipe else 0)
     with bar(total=(len(SIZES) + extra) * (options.repeats + 1), desc="raymarch bench") as progress:
         ours_full = None
         for width, height in SIZES:
@@ -78,6 +109,8 @@ def main(argv: list[str]) -> int:
             ms = _median_ms(lambda: scalar.render(scene, camera), options.repeats, progress)
             rows.append(("ours (cpu, 1 lane)", f"{width}x{height}", ms,
                          f"the same image bit for bit; packets {ms / rows[0][2]:.2f}x faster"))
+        if arch == "cpu" and not options.no_lavapipe:
+            rows += _lavapipe_rows(ours_full, options.repeats, progress)
         if warp:
             width, height = SIZES[0]
             device = "cuda:0" if arch == "cuda" else "cpu"
@@ -95,6 +128,9 @@ def main(argv: list[str]) -> int:
     lines = [f"ray march, robot-arm scene at t={T}, warm, median of {options.repeats} ({machine_load()})",
              "", "| renderer | size | ms/frame | notes |", "|---|---|---:|---|"]
     lines += [f"| {name} | {size} | {ms:.1f} | {note} |" for name, size, ms, note in rows]
+    lavapipe = [row for row in rows if row[0].startswith("ours (vulkan") and row[1] == rows[0][1]]
+    if lavapipe:
+        lines += ["", f"ours ({arch}) vs lavapipe on the same cores at {rows[0][1]}: {lavapipe[0][2] / rows[0][2]:.2f}x"]
     if warp:
         ours_ms = rows[0][2]
         lines += ["", f"ours vs warp at {SIZES[0][0]}x{SIZES[0][1]}: {rows[-1][2] / ours_ms:.2f}x "

@@ -126,7 +126,7 @@ add acceptance 230 180 "$PY" -m app --headless --arch cuda --parity-arch cpu --o
 add bench-launch 40 120 "$PY" -m app bench launch --arch cuda --launches 5000 --repeats 3 --out "$B" --json "$B/launch.json" \
   -- "$PY" -m app bench launch --arch cpu --launches 200 --repeats 1 --out "$B" --json "$B/launch.json"
 add bench-raymarch 25 180 "$PY" -m app bench raymarch --arch cuda --repeats 5 --out "$B" \
-  -- "$PY" -m app bench raymarch --arch cpu --repeats 1 --out "$B"
+  -- "$PY" -m app bench raymarch --arch cpu --repeats 1 --no-lavapipe --out "$B"
 add bench-fit 30 180 "$PY" -m app bench fit_iteration --arch cuda --targets spot --subdiv 4 --iters 150 --rounds 1 --out "$B" \
   -- "$PY" -m app bench fit_iteration --arch cpu --targets spot --subdiv 2 --iters 60 --rounds 1 --out "$B"
 add bench-invert 70 300 "$PY" -m app bench invert --arch cuda --sizes 1024x512 --repeats 5 --no-drjit --no-memory --out "$B" \
