@@ -155,6 +155,10 @@ def _start(name: str, kernel_profiler: bool) -> None:
                     "every kernel would compile again)", lock)
     from engine import cpu_pool
 
+    # Taichi's start asks the network once a day for a newer release, in a thread: offline it fails and asks
+    # again at every start, and while it runs it looked like a third pool worker to `pin_workers` (after midnight
+    # UTC, 2026-12-05: no pinning). The user's own setting wins.
+    os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
     threads_before = cpu_pool.thread_ids()
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # Taichi's "Starting on arch=" line; we report our own

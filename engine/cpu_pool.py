@@ -64,7 +64,7 @@ def pin_workers(before: set[int]) -> dict[int, int]:
     if width < 2 or width != len(cores):
         log.debug("CPU pool of %d workers on %d allowed cores: not pinned", width, len(cores))
         return {}
-    candidates = thread_ids() - before - {threading.get_native_id()}
+    candidates = thread_ids() - before - {t.native_id for t in threading.enumerate()}  # Python's threads: not the pool's
     blocks = np.zeros(64 * width, np.int32)
     launch(wake_workers, blocks)  # compiled (or loaded) first: compiler threads must not count as workers
     ti.sync()

@@ -411,9 +411,10 @@ def test_raymarch_render_bound_equals_plain(ti_cpu):
     from app.scenes.robot_arm import scene_at
     from engine.dispatch import bind
     from engine.kernels import raymarch
+    from engine.kernels.lanes import CPU_LANES
     from engine.render import Camera, pack
 
-    width, height = 24, 12
+    width, height = 21, 12  # (a last packet of the row only partly filled)
     images = []
     for native in (False, True):
         prm = ti.ndarray(ti.f32, raymarch.N_PARAMS)
@@ -423,11 +424,11 @@ def test_raymarch_render_bound_equals_plain(ti_cpu):
         for t in (0.0, 2.5):
             prm.from_numpy(pack(scene_at(t), Camera(), width, height))
             if native:
-                bound = bind(raymarch.render, prm, *buffers)
+                bound = bind(raymarch.render, prm, *buffers, CPU_LANES)
                 assert bound.native
                 bound()
             else:
-                raymarch.render(prm, *buffers)
+                raymarch.render(prm, *buffers, CPU_LANES)
             frames.append([b.to_numpy() for b in buffers])
         images.append(frames)
     for plain, fast in zip(images[0], images[1]):
