@@ -166,9 +166,10 @@ class Renderer:
         if lanes is not None and not (isinstance(lanes, int) and 1 <= lanes <= 64):
             raise UserError(f"lanes must be an integer from 1 to 64 (got {lanes!r})")
         self.width = self.height = 0
-        self._lanes = lanes
         self.last_ms = float("nan")
-        self.resize(width, height)
+        self.resize(width, height)  # (requires a running backend)
+        # pixels of a row per thread, fixed for this renderer; the image is the same bit for bit at any width
+        self.lanes = lanes or lanes_for(backend.arch_in_use())
 
     def resize(self, width: int, height: int) -> None:
         """Reallocate the image buffers (no kernel recompilation)."""
@@ -206,12 +207,6 @@ class Renderer:
         device (the differentiable renderer's forward-image comparison packs theta's kinematics on the device)."""
         self._prm.from_numpy(np.asarray(prm, np.float32))
         launch(raymarch.render, self._prm, self._rgb, self._depth, self._normal, self._steps, self.lanes)
-
-    @property
-    def lanes(self) -> int:
-        """Pixels of a row per thread: `lanes` as given, else this backend's (`engine.kernels.lanes.lanes_for`).
-        The image is the same at any width, bit for bit (tests/test_raymarch.py)."""
-        return self._lanes or lanes_for(backend.arch_in_use())
 
     @property
     def rgb_buffer(self):

@@ -663,7 +663,6 @@ class _MarchStates(dict):
 
 
 MARCH_STATES = _MarchStates()
-March = MARCH_STATES[1]
 
 
 @ti.func
