@@ -613,6 +613,47 @@ def test_frames_screenshot_hook(tmp_path):
     assert frame.std() > 10.0
 
 
+WAKE_SCRIPT = """
+import threading, time
+from imgui_bundle import hello_imgui, immapp
+from app.ui.app import _window_up, wake_window
+frames, woken = [], []
+def gui():
+    frames.append(time.perf_counter())
+    if frames[-1] - frames[0] > 7.0:
+        hello_imgui.get_runner_params().app_shall_exit = True
+def waker():  # from 4.5 s on (the window idles after 3 s without input), 20 wakes a second for 1.5 s
+    while not frames or time.perf_counter() - frames[0] < 4.5:
+        time.sleep(0.01)
+    while time.perf_counter() - frames[0] < 6.0:
+        wake_window()
+        woken.append(time.perf_counter())
+        time.sleep(0.05)
+params = hello_imgui.RunnerParams()
+params.callbacks.show_gui = gui
+params.callbacks.post_init = lambda: _window_up(True)
+params.fps_idling.fps_idle = 1.0
+params.ini_disable = True
+threading.Thread(target=waker, daemon=True).start()
+immapp.run(params)
+t0 = frames[0]
+print(sum(3.5 <= f - t0 < 4.5 for f in frames), sum(4.6 <= f - t0 < 5.9 for f in frames), len(woken))
+"""
+
+
+@needs_display
+def test_an_idling_window_is_woken_by_wake_window():
+    """The links wake the window with every worker answer (app.ui.app.wake_window: GLFW's glfwPostEmptyEvent on
+    imgui_bundle's libglfw), so it can idle at a few fps while a recovery runs; this holds only while the window
+    runs on that same GLFW library (an imgui-bundle built with GLFW linked in would ignore the wakes: this fails)."""
+    result = subprocess.run([sys.executable, "-c", WAKE_SCRIPT], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    idle, woken, wakes = (int(v) for v in result.stdout.split()[-3:])
+    assert idle <= 2  # idling at 1 fps between 3.5 and 4.5 s
+    assert wakes >= 20 and woken >= 10  # 20 wakes a second: frames at close to that rate, not 1 fps
+
+
 def test_without_imgui_the_app_is_one_line_and_exit_2():
     # Python 3.10 gets no imgui-bundle wheel (pyproject.toml installs it from 3.11 on): say so, no traceback
     code = ("import sys\nsys.modules['imgui_bundle'] = None\nfrom app.cli import main\n"

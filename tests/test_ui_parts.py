@@ -4,6 +4,7 @@ render-gradient comparison's protocol, and the inverse render's snapshots (statu
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -277,3 +278,24 @@ def test_the_error_plot_spans_the_tolerances_and_the_largest_error():
                       group_errors={"joints": [20.0, 0.0], "gripper": [0.03, 1e-9]})
     assert error_range(view) == (ERROR_FLOOR_SHARE * 0.005, 30.0)
     assert error_range(InvertView()) == (ERROR_FLOOR_SHARE, 3.0)  # before the first snapshot
+
+
+def test_a_link_calls_on_answer_once_its_answer_is_queued():
+    """The app wakes its window from `on_answer` (app.ui.app.wake_window): the woken frame must find the answer
+    (the test takes it only after the call, so the queue held it when on_answer ran)."""
+    from app.ui.links import Request, WorkerLink
+
+    seen: list[int] = []
+    link = WorkerLink("cpu", priorities=("render",), on_answer=lambda: seen.append(link.answers.qsize()))
+    link.start()
+    try:
+        for k in range(2):
+            link.send(Request("render", "affine", {"x": np.ones(4, np.float32)}))
+            deadline = time.perf_counter() + 120.0  # the worker's start-up first
+            while len(seen) <= k and time.perf_counter() < deadline:
+                time.sleep(0.01)
+            answer = link.answers.get(timeout=5.0)
+            assert answer.outputs is not None and answer.outputs["y"].shape == (4,), answer.error
+    finally:
+        link.close()
+    assert seen == [1, 1]

@@ -35,12 +35,6 @@ WINDOW_TITLES = {"raymarch": "Ray march", "fit": "Shape fit", "parity": "Parity"
 FRONT_TAB = "fit"  # of the right column's tabs, the one in front in the default layout
 SOFTWARE_GL = ("llvmpipe", "softpipe", "swiftshader")  # GL renderers that draw on the CPU
 SOFTWARE_GL_FPS_MAX = 60.0  # their frame cap (hardware GL has vsync for that)
-# While the inverse render runs and nothing else moves, the window idles at this rate (hello_imgui's idling: after
-# 3 s without input; any input brings the full rate back at once). Its numbers and plots change a few times a
-# second, and a software-GL frame costs 20-30 ms of CPU: drawing 40-57 fps the window took 1.0-1.4 of the 2 cores
-# from the worker (nice +10), whose recovery ran 0.75-2.4 steps/s; at 20 fps the window takes 0.5-0.56 and it
-# runs 4.1-6.9 (the app as a person runs it, three runs each, other sessions' load 1-6 meanwhile).
-INVERT_IDLE_FPS = 20.0
 WARM_TIMEOUT_S = 600.0  # --frames gives up waiting for live content after this long and shoots anyway
 WARM_REPORT_S = 60.0  # meanwhile it says what it waits for this often
 TEST_WATCHDOG_S = 2400.0  # a test_function script is stopped after this long (a whole GUI session under load)
@@ -61,7 +55,33 @@ class AppOptions:
     start_invert: bool = False  # press the inverse render's Start once it is set up; close when its recovery ends
 
 
+_glfw: list = []  # the GLFW library the window runs on (imgui_bundle's), once `wake_window` loaded it
 _held_display: list = []  # the checked X connection, open until the process exits (see require_display)
+
+
+def wake_window() -> None:
+    """Wake the window's event loop from any thread (GLFW's glfwPostEmptyEvent): an idling window (hello_imgui
+    waits for input up to 1 / fps_idle) draws a frame now. The workers' links call it with every answer, so new
+    content shows, and the next request goes out, at once however slowly the window idles: while the inverse
+    render ran, the window drew 20 frames a second to keep up and llvmpipe took half a core from the recovery
+    (measured: 20.1 s in the panel; idling at 5 fps 15.4 s, the same recovery). A no-op while no window is up."""
+    lib = _glfw[0] if _glfw else None
+    if lib is not None:
+        lib.glfwPostEmptyEvent()
+
+
+def _window_up(up: bool) -> None:
+    """`wake_window` works from now on (the window exists: `up`) or no longer (it is about to close)."""
+    _glfw.clear()
+    if up:
+        import ctypes
+
+        import imgui_bundle
+
+        try:
+            _glfw.append(ctypes.CDLL(os.path.join(os.path.dirname(imgui_bundle.__file__), "libglfw.so.3")))
+        except OSError:  # another platform's file name: the window shows answers at its idle rate instead
+            pass
 
 
 def require_display() -> None:
@@ -285,13 +305,12 @@ def run_app(options: AppOptions) -> AppRun:
 
     state = AppState(arch=options.arch, parity_arch=options.parity_arch, show_timings=options.show_timings,
                      taichi_version=importlib.metadata.version("taichi"))
-    controller = Controller(state)
+    controller = Controller(state, on_answer=wake_window)
     draws = {"raymarch": raymarch.draw, "fit": shape_fit.draw, "parity": parity.draw, "tape": tape.draw,
              "invert": invert.draw}
     gfx: list[Gfx] = []  # created once the GL context exists
     clock = _FrameClock()
     scripted = options.frames is not None or options.test_function is not None
-    idle_fps = hello_imgui.FpsIdling().fps_idle  # hello_imgui's own idle rate
 
     def before_frame() -> None:
         # every reason to close only ever sets app_shall_exit: a signal's (SIGINT/SIGTERM: close the window
@@ -317,8 +336,7 @@ def run_app(options: AppOptions) -> AppRun:
                 params.app_shall_exit = True
         busy = (state.raymarch.playing or state.fit.running or bool(state.warmup)
                 or state.parity.status == "busy" or bool(state.parity.render_grad_stage))
-        # idle at a few fps when nothing moves, at INVERT_IDLE_FPS when only the inverse render does
-        params.fps_idling.fps_idle = INVERT_IDLE_FPS if state.invert.running else idle_fps
+        # idle (hello_imgui's few fps, after 3 s without input) when nothing moves; a worker's answer wakes it
         params.fps_idling.enable_idling = not scripted and not busy
         if options.frames is not None and clock.warm_frame is not None and \
                 state.frame - clock.warm_frame >= options.frames:
@@ -358,6 +376,7 @@ def run_app(options: AppOptions) -> AppRun:
 
     def post_init() -> None:
         readable_sliders()
+        _window_up(True)
         gfx.append(Gfx())
         state.gl_renderer = gfx[0].ctx.info["GL_RENDERER"]
         state.gl_samples = gfx[0].window_samples
@@ -384,7 +403,11 @@ def run_app(options: AppOptions) -> AppRun:
     params.callbacks.show_menus = lambda: menus.draw_menus(state, params.docking_params.dockable_windows,
                                                            lambda: restore_default_layout(params))
     params.callbacks.before_swap = before_swap
-    params.callbacks.before_exit = controller.close
+    def before_exit() -> None:
+        _window_up(False)
+        controller.close()
+
+    params.callbacks.before_exit = before_exit
     controller.start(state)
     addons = immapp.AddOnsParams(with_implot=True)
     stop = StopFlag()
@@ -410,6 +433,7 @@ def run_app(options: AppOptions) -> AppRun:
         raise UserError(f"cannot open an OpenGL 3.3 window: {reason} (needs Mesa's or a GPU's OpenGL; "
                         "or use --headless)") from None
     finally:
+        _window_up(False)
         controller.close()
     if stop:
         raise Interrupted(stop.signal_name, "the window was closed")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -92,16 +93,20 @@ def _parity_post(answer: Answer) -> None:
 class Controller:
     """Owns the two worker links; see the module docstring."""
 
-    def __init__(self, state: AppState):
+    def __init__(self, state: AppState, on_answer: Callable[[], None] | None = None):
+        """on_answer: called from a link's thread after each answer (the app wakes its window)."""
         # the inverse render goes first: its fields must be the worker's first (Taichi's offline cache is keyed by
         # SNode ids), or its kernels compile again (minutes) instead of loading
-        self.primary = WorkerLink(state.arch, priorities=("invert", "fit", "render"), queued=("invert", "fit"))
-        self.parity = WorkerLink(state.parity_arch, priorities=("grad", "render"), post=_parity_post)
+        self.primary = WorkerLink(state.arch, priorities=("invert", "fit", "render"), queued=("invert", "fit"),
+                                  on_answer=on_answer)
+        self.parity = WorkerLink(state.parity_arch, priorities=("grad", "render"), post=_parity_post,
+                                 on_answer=on_answer)
         # B's render gradient runs in a worker of its own, started on the first "compare render gradient": there the
         # differentiable renderer's fields are the first, as in the processes that filled the cache (the render
         # tests' and the claims' workers, `invert`), so its kernels load (seconds) instead of compiling (minutes),
         # and the parity worker goes on comparing frames and the fit's gradients meanwhile
-        self.render_grad = WorkerLink(state.parity_arch, priorities=("render_grad",), post=_parity_post)
+        self.render_grad = WorkerLink(state.parity_arch, priorities=("render_grad",), post=_parity_post,
+                                      on_answer=on_answer)
         self._fit_started: float | None = None  # perf_counter when the running fit's rate window began
         self._fit_iterations_at_start = 0
         self._first_calls = {self.primary: set(FIRST_CALLS), self.parity: set(FIRST_CALLS),

@@ -19,7 +19,9 @@ order (Reset, then Step). Queueing slots go first, then the replacing slots in
 `priorities` order; the link runs `idle_request` (the running fit's next batch) when
 nothing waits, and also every other turn while only replacing slots wait, so a
 playing timeline (a new frame request every frame) cannot starve a running fit.
-Answers land on `answers`, which the controller drains on the UI thread.
+Answers land on `answers`, which the controller drains on the UI thread; `on_answer` (the app: wake the
+window, `app.ui.app.wake_window`) is called after each, so an idling window draws the new content and sends the
+next request at once instead of at its next idle frame.
 """
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ class WorkerLink:
     """One backend worker and the thread that feeds it. See the module docstring."""
 
     def __init__(self, arch: str, priorities: tuple[str, ...], queued: tuple[str, ...] = (),
-                 post: Callable[[Answer], None] | None = None):
+                 post: Callable[[Answer], None] | None = None, on_answer: Callable[[], None] | None = None):
         self.arch = arch
         self.status = "starting"  # "starting", "ready", "busy", or "unavailable: <why>"
         self.backend: dict = {}  # the worker's record of what actually runs (once ready)
@@ -67,6 +69,7 @@ class WorkerLink:
         self._queued = set(queued)
         self._slots: dict[str, deque[Request]] = {slot: deque() for slot in priorities}
         self._post = post
+        self._on_answer = on_answer
         self._wake = threading.Condition()
         self._stop = False
         self._idle_turn = False  # True: the idle request goes before replacing slots next time
@@ -143,6 +146,8 @@ class WorkerLink:
                 self._post(answer)
             self.in_flight = ""
             self.answers.put(answer)
+            if self._on_answer is not None:
+                self._on_answer()
             if not self._worker.alive:
                 self.status = f"unavailable: the {self.arch} worker stopped ({answer.error})"
                 return

@@ -142,7 +142,7 @@ def invert_reset(t: float, width: int, height: int, perturbation: float, seed: i
     moved by `perturbation` times the default perturbation of those groups (seeded). Nothing runs yet:
     `invert_run` pulls the recovery's steps."""
     global _recovery, _steps, _phase, _done, _verdict, _shipped
-    from app.scenes.inverse_render import InvertSettings, Recovery, render_target
+    from app.scenes.inverse_render import InvertSettings, Recovery, load_kernels, render_target
     from app.scenes.robot_arm import theta_at
     from engine import scene_theta
 
@@ -150,9 +150,10 @@ def invert_reset(t: float, width: int, height: int, perturbation: float, seed: i
         _steps.close()  # the phase under way frees its optimiser's fields (its `finally`)
     _recovery = _steps = None
     truth = theta_at(float(t))
-    target = render_target(truth, int(width), int(height))
     magnitudes = {g: scene_theta.DEFAULT_PERTURB[g] * float(perturbation) for g in INVERT_GROUPS}
     start = scene_theta.perturb(truth, magnitudes, int(seed))
+    load_kernels(start)  # here, where the status bar says the renderer compiles, not in the first steps
+    target = render_target(truth, int(width), int(height))
     # invert's own schedule: a step (a search generation, a polish step, one parameter's scan) takes 0.1-1 s, in
     # the worker, while the window keeps drawing
     settings = InvertSettings(groups=INVERT_GROUPS)
