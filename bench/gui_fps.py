@@ -1,6 +1,7 @@
 """`python -m app bench gui_fps [--arch A] [--frames N] [--size WxH] [--play]`: the desktop app's frame rate while a fit runs.
 
-`--invert`: the Inverse render panel's recovery instead (issue 27: the panel's speed). Its Start is pressed
+`--invert [--t T] [--seed S]`: the Inverse render panel's recovery instead (issue 27: the panel's speed), of its
+default frame and seed or those given. Its Start is pressed
 once every panel shows live content and the window closes when the recovery ends; then the same recovery
 (app.ui.services.invert_reset / invert_run, the panel's own calls) runs again in this process without the
 window, to compare: its wall time and its result, which must be the panel's (exit 1 otherwise).
@@ -36,7 +37,11 @@ def main(argv: list[str]) -> int:
                         help="play the timeline too: preview frames render between the fit's batches")
     parser.add_argument("--invert", action="store_true",
                         help="time the Inverse render panel's recovery (to its end) instead of the fit")
+    parser.add_argument("--t", type=float, default=None, help="with --invert: the target frame (default: the panel's)")
+    parser.add_argument("--seed", type=int, default=None, help="with --invert: the start's seed (default: the panel's)")
     args = parser.parse_args(argv)
+    if (args.t is not None or args.seed is not None) and not args.invert:
+        parser.error("--t and --seed go with --invert")
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         print("gui_fps: skipped: no display (run under xvfb-run)")
         return 0
@@ -71,7 +76,12 @@ def _invert(args, arch: str, parity_arch: str) -> int:
     from app.ui.controller import INVERT_VIEW
     from engine import backend
 
-    run = run_app(AppOptions(arch=arch, parity_arch=parity_arch, size=parse_size(args.size), start_invert=True))
+    from app.ui.state import InvertView
+
+    default = InvertView()
+    case = (default.t if args.t is None else args.t, default.seed if args.seed is None else args.seed)
+    run = run_app(AppOptions(arch=arch, parity_arch=parity_arch, size=parse_size(args.size), start_invert=True,
+                             invert_case=case))
     view = run.state.invert
     if not view.done:
         print(f"gui_fps: the panel's recovery did not end (status {view.status or 'none'}: {view.error})")

@@ -156,6 +156,7 @@ class DiffRenderer:
         self.has_target = False
         self.compare = "diff"
         self._forward = None  # engine.render.Renderer of the forward image, made on first use
+        self._jac = None  # image_jacobian's (n_px, 3, N_THETA) float64 ndarray, made per view size
         self._cam_params = np.zeros(raymarch_grad.N_CAM)
         self._kept: bytes | None = None  # the `_image_key` of the render the tape holds (`render_taped`), if any
 
@@ -404,20 +405,15 @@ class DiffRenderer:
         if self._kept != self._image_key():
             self.render_taped()
         n = self.n_px
-        position = self.slot_pos.to_numpy()[:self.n_slots]
-        layer, pixel = position // n, position % n
-        layers = [(on, pixel[on]) for on in (layer == k for k in range(raymarch_grad.N_LAYERS))]
-        jac = np.zeros((n, 3, N_THETA), np.float64)
-        seed = np.zeros((self.image.shape[0], 3), np.float32)
+        if self._jac is None or self._jac.shape[0] != n:
+            self._jac = ti.ndarray(ti.f64, (n, 3, N_THETA))  # per view: a new size recompiles nothing
         for channel in range(3):
             self.tape.zero_grad()
-            seed[:] = 0.0
-            seed[:n, channel] = 1.0
-            self.image.grad.from_numpy(seed)
+            launch(raymarch_grad.seed_channel, self.image.grad, n, channel)
             self.tape.backward(None)
-            rows = self.theta_slots.grad.to_numpy()[:self.n_slots]
-            for on, at in layers:  # a pixel has at most one slot per layer: no repeated index
-                jac[at, channel, :] += rows[on]
+            launch(raymarch_grad.pixel_rows, self.theta_slots.grad, self.slot_pos, self.n_slots, n, channel,
+                   self._jac)
+        jac = self._jac.to_numpy()
         return self.image_numpy(), jac.reshape(self.height, self.width, 3, N_THETA)
 
     def loss_value(self) -> float:

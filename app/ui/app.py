@@ -53,6 +53,7 @@ class AppOptions:
     start_fit: bool = False  # press Start as soon as the fit is set up (for the frame-rate measurement)
     play: bool = False  # with start_fit: press Play on the timeline too (frames render while the fit runs)
     start_invert: bool = False  # press the inverse render's Start once it is set up; close when its recovery ends
+    invert_case: tuple[float, int] | None = None  # the inverse render panel's (t, seed) instead of its defaults
 
 
 _glfw: list = []  # the GLFW library the window runs on (imgui_bundle's), once `wake_window` loaded it
@@ -305,6 +306,8 @@ def run_app(options: AppOptions) -> AppRun:
 
     state = AppState(arch=options.arch, parity_arch=options.parity_arch, show_timings=options.show_timings,
                      taichi_version=importlib.metadata.version("taichi"))
+    if options.invert_case is not None:
+        state.invert.t, state.invert.seed = options.invert_case
     controller = Controller(state, on_answer=wake_window)
     draws = {"raymarch": raymarch.draw, "fit": shape_fit.draw, "parity": parity.draw, "tape": tape.draw,
              "invert": invert.draw}

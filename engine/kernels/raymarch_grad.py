@@ -323,6 +323,32 @@ def samples_adjoint(values: ti.template(), jacobian: ti.template(), n_slots: ti.
 
 
 @ti.kernel
+def seed_channel(image_grad: ti.template(), n_px: ti.i32, channel: ti.i32):
+    """image_grad[px] = the unit vector of `channel` for every px < n_px: a reverse pass seeded so leaves each
+    slot's d(its pixel's channel)/d theta in its row of theta_slots.grad (`DiffRenderer.image_jacobian`)."""
+    for px in range(n_px):
+        image_grad[px] = vec3(ti.select(channel == 0, 1.0, 0.0), ti.select(channel == 1, 1.0, 0.0),
+                              ti.select(channel == 2, 1.0, 0.0))
+
+
+@ti.kernel
+def pixel_rows(rows: ti.template(), slot_pos: ti.template(), n_slots: ti.i32, n_px: ti.i32, channel: ti.i32,
+               jac: ti.types.ndarray(dtype=ti.f64, ndim=3)):
+    """jac[px, channel, :] = the sum of the rows (of theta_slots.grad, after `seed_channel`'s reverse pass) of
+    pixel px's slots, layer after layer: d(px's channel)/d theta. A pixel has at most one slot per layer, so each
+    layer's loop writes distinct pixels, and the layers run one after another: no atomics, the same sum in the
+    same order every run. Pixels without a slot (sky) do not depend on theta: 0."""
+    for px, c in ti.ndrange(n_px, jac.shape[2]):
+        jac[px, channel, c] = 0.0
+    for layer in ti.static(range(N_LAYERS)):
+        for slot in range(n_slots):
+            pos = slot_pos[slot]
+            if pos // n_px == layer:
+                for c in range(jac.shape[2]):
+                    jac[pos - layer * n_px, channel, c] += ti.cast(rows[slot, c], ti.f64)
+
+
+@ti.kernel
 def hold_gradients(points: ti.template(), n_slots: ti.i32, held_grad: ti.template()):
     """held_grad = points.grad: the spatial gradient of the SDF at every held point (see seed_samples)."""
     for slot, j in ti.ndrange(n_slots, points.shape[1]):
