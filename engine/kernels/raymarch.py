@@ -357,7 +357,11 @@ def sd_arm(px, py, pz, s: Scene):
         d = ti.select(near_base, bd, d)
         m = ti.select(near_base, bm, m)
     qx, qy = fwd, py
-    tcp = s.wrist + s.tool * TCP_OFFSET
+    # a copy read by component: `s.tool` used whole here and by component in the branch below made Taichi's
+    # reverse mode (1.7.4) warn "Loading variable N before anything is stored to it" (a false alarm: the
+    # gradient matched central differences; tests/test_raymarch.py keeps the compile free of it)
+    tool = vec2(s.tool.x, s.tool.y)
+    tcp = s.wrist + tool * TCP_OFFSET
     to_links = ti.min(sd_segment2(qx, qy, s.shoulder.x, s.shoulder.y, s.elbow.x, s.elbow.y),
                       ti.min(sd_segment2(qx, qy, s.elbow.x, s.elbow.y, s.wrist.x, s.wrist.y),
                              sd_segment2(qx, qy, s.wrist.x, s.wrist.y, tcp.x, tcp.y)))
@@ -375,8 +379,8 @@ def sd_arm(px, py, pz, s: Scene):
         ld, lm = closer(ld, lm, joints, like(d, float(M_JOINT)))
         vx = qx - s.wrist.x
         vy = qy - s.wrist.y
-        along = vx * s.tool.x + vy * s.tool.y
-        across = vy * s.tool.x - vx * s.tool.y
+        along = vx * tool.x + vy * tool.y
+        across = vy * tool.x - vx * tool.y
         palm = sd_box(along - 0.1, across, lat, 0.035, 0.05, 0.27) - 0.012
         finger = sd_box(along - 0.215, across, ti.abs(lat) - s.grip, 0.072, 0.042, 0.009) - 0.004
         ld, lm = closer(ld, lm, ti.min(palm, finger), like(d, float(M_STEEL)))
@@ -582,6 +586,7 @@ def light(p: vec3, rd: vec3, t: ti.f32, n: vec3, m: ti.i32, shadow: ti.f32, ao: 
     """Colour at surface point p (normal n, material m) seen along rd, given its key-light
     visibility `shadow` and ambient occlusion `ao`: the shading every renderer shares."""
     albedo, spec, squarings = material(m, p, t, s)
+    n_up = n.dot(vec3(0.0, 1.0, 0.0))  # = n.y exactly; the component load gave sd_arm's reverse-mode warning
     key = s.sun
     ndl = ti.max(n.dot(key), 0.0)
     half = key - rd
@@ -595,8 +600,8 @@ def light(p: vec3, rd: vec3, t: ti.f32, n: vec3, m: ti.i32, shadow: ti.f32, ao: 
     f1 = 1.0 - ndv
     f2 = f1 * f1
     fresnel = lerp(spec, 1.0, f2 * f2 * f1)
-    sky_amount = 0.5 + 0.5 * n.y
-    bounce = ti.math.clamp(0.5 - 0.5 * n.y, 0.0, 1.0)
+    sky_amount = 0.5 + 0.5 * n_up
+    bounce = ti.math.clamp(0.5 - 0.5 * n_up, 0.0, 1.0)
     diffuse = vec3(KEY_COL) * (ndl * shadow) + vec3(SKY_ZENITH) * (1.3 * sky_amount * ao) \
         + vec3(0.35, 0.3, 0.25) * (0.35 * bounce * ao)
     colour = albedo * diffuse + vec3(KEY_COL) * (fresnel * highlight * ndl * shadow) \
