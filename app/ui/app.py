@@ -56,7 +56,7 @@ class AppOptions:
     invert_case: tuple[float, int] | None = None  # the inverse render panel's (t, seed) instead of its defaults
 
 
-_glfw: list = []  # the GLFW library the window runs on (imgui_bundle's), once `wake_window` loaded it
+_glfw: list = []  # the GLFW library the window runs on (imgui_bundle's), while the window is up (`_window_up`)
 _held_display: list = []  # the checked X connection, open until the process exits (see require_display)
 
 
@@ -65,7 +65,8 @@ def wake_window() -> None:
     waits for input up to 1 / fps_idle) draws a frame now. The workers' links call it with every answer, so new
     content shows, and the next request goes out, at once however slowly the window idles: while the inverse
     render ran, the window drew 20 frames a second to keep up and llvmpipe took half a core from the recovery
-    (measured: 20.1 s in the panel; idling at 5 fps 15.4 s, the same recovery). A no-op while no window is up."""
+    (measured: 19.1-20.1 s in the panel; woken, idling at 9 fps: 13.7-16.4 s, the same recovery). A no-op while
+    no window is up."""
     lib = _glfw[0] if _glfw else None
     if lib is not None:
         lib.glfwPostEmptyEvent()
