@@ -74,9 +74,8 @@ def _invert(args, arch: str, parity_arch: str) -> int:
     from app.ui import services
     from app.ui.app import AppOptions, parse_size, run_app
     from app.ui.controller import INVERT_VIEW
-    from engine import backend
-
     from app.ui.state import InvertView
+    from engine import backend
 
     default = InvertView()
     case = (default.t if args.t is None else args.t, default.seed if args.seed is None else args.seed)

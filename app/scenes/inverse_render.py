@@ -173,17 +173,17 @@ def renderer():
 LOAD_VIEW = (16, 8)  # `load_kernels`' view: every kernel launched, almost no work
 
 
-def load_kernels(theta: np.ndarray, compare: str = "diff") -> None:
-    """Launch every kernel a recovery launches, once, at a LOAD_VIEW view: the differentiable render taped, its
-    reverse passes (`image_jacobian`) and the search's forward render. Their first launch in a process loads
-    them from the kernel cache (or compiles them): 3-4 s on 2 cores (measured: the panel's first recovery
-    14.5 s, the next 11.3 s), which the GUI spends at reset, where its status bar says so, instead of in the
-    recovery's first steps. Leaves the renderers' views to be set again (every user sets its own)."""
+def load_kernels(theta: np.ndarray) -> None:
+    """Launch every kernel a recovery with the default settings launches, once, at a LOAD_VIEW view: the
+    differentiable render taped, its reverse passes (`image_jacobian`) and the search's forward render. Their first
+    launch in a process loads them from the kernel cache (or compiles them): 3-4 s on 2 cores (measured: a
+    process's first recovery 14.5 s, the same recovery again 11.3 s), which the GUI spends at reset, where its
+    status bar says so, instead of in the recovery's first steps. Leaves the renderers' views to be set again
+    (every user sets its own)."""
     from app.scenes.robot_arm import scene_from_theta
 
     r = renderer()
-    r.set_view(Camera(), *LOAD_VIEW)
-    r.set_compare(compare)
+    r.set_view(Camera(), *LOAD_VIEW)  # (and the "diff" comparison, the default settings')
     r.set_loss("l2", 1, 1.0)
     r.set_theta(theta)
     r.image_jacobian()
