@@ -70,12 +70,13 @@ def short_recovery(gradients: bool, image_every_s: float = 1e9) -> dict:
     snapshots.append(services.invert_run(max_steps=1, budget_s=0.0, image_every_s=0.0))  # the panel's Step
     weight = np.zeros(SMALL_VIEW[::-1], np.float32)
     weight[:, : SMALL_VIEW[0] // 2] = 1.0
-    wrong = 0
+    wrong = reused = 0
 
     def verify(snapshot: dict) -> dict:  # the image shown is the plain render at the theta shown
-        nonlocal wrong
+        nonlocal wrong, reused
         if "image" in snapshot:
             rec = services._recovery
+            reused += rec.image_at(services._shown_theta(rec)) is not None  # shown without a render of its own
             r = inverse_render.renderer()
             r.set_loss("l2", 1, 1.0)
             r.set_theta(services._shown_theta(rec))
@@ -92,7 +93,7 @@ def short_recovery(gradients: bool, image_every_s: float = 1e9) -> dict:
     rec = services._recovery
     return {"snapshots": snapshots, "losses": np.asarray(rec.losses), "best": rec.best_theta,
             "status": np.array(rec.verdict()["status"]), "steps": np.int64(rec.step_count),
-            "wrong_images": np.int64(wrong)}
+            "wrong_images": np.int64(wrong), "reused_images": np.int64(reused)}
 
 
 @pytest.mark.slow
@@ -151,3 +152,4 @@ def test_render_gradient_evaluations_and_images_leave_the_recovery_as_it_was():
     assert np.array_equal(plain["losses"], probed["losses"]) and np.array_equal(plain["best"], probed["best"])
     assert str(plain["status"]) == str(probed["status"])
     assert int(probed["wrong_images"]) == 0 and int(plain["wrong_images"]) == 0
+    assert int(probed["reused_images"]) > 0  # the polish's images are its checks' renders (Recovery.image_at)

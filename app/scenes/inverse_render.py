@@ -573,6 +573,7 @@ class Recovery:
         self.hops_done = 0
         self._identified_at: np.ndarray | None = None  # the theta identify_final was measured at
         self.current = self.start.copy()
+        self._last_image: tuple[bytes, np.ndarray] | None = None  # (theta's bytes, its plain_image): `image_at`
         self.interrupted = False
         self.finished = False
         self.host_costs: dict[str, IterationCosts] = {}  # per kind of step (the name steps() yields)
@@ -588,15 +589,27 @@ class Recovery:
         if self.truth is not None:
             self.errors.append(parameter_errors(theta, self.truth).tolist())
 
-    def _check(self, r, theta: np.ndarray, candidate: bool = True, value: float | None = None) -> float:
-        """The full-resolution image loss at theta (`value` if already known), kept as the best iterate if it is
-        the lowest so far (and `candidate`: a diverged iterate never is, however well a pose flung out of view
-        matches)."""
-        value = image_loss(r, theta, self.target) if value is None else value
+    def _check(self, r, theta: np.ndarray, candidate: bool = True, value: float | None = None,
+               image: np.ndarray | None = None) -> float:
+        """The full-resolution image loss at theta (`value` if already known; else that of its `plain_image`,
+        `image` if already rendered), kept as the best iterate if it is the lowest so far (and `candidate`: a
+        diverged iterate never is, however well a pose flung out of view matches)."""
+        if value is None:
+            image = plain_image(r, theta) if image is None else image
+            value = loss_of_image(image, self.target)
+        if image is not None:
+            self._last_image = (np.asarray(theta, np.float64).tobytes(), image)
         self.image_losses.append((self.step_count, value))
         if candidate and value < self.best_loss:
             self.best_theta, self.best_loss = np.array(theta, np.float64), value
         return value
+
+    def image_at(self, theta: np.ndarray) -> np.ndarray | None:
+        """The `plain_image` at theta if the last check rendered it (the panel shows it without a render), else
+        None."""
+        if self._last_image is not None and self._last_image[0] == np.asarray(theta, np.float64).tobytes():
+            return self._last_image[1]
+        return None
 
     def _identify(self, r, theta: np.ndarray) -> Identifiability:
         r.set_loss("l2", 1, 1.0)
@@ -921,7 +934,7 @@ class Recovery:
                 break
             state.taken += 1
             self._record(current, theta)
-            self._check(r, theta, value=loss_of_image(accepted, self.target))
+            self._check(r, theta, image=accepted)
             yield "Levenberg-Marquardt"
         state.damping, state.loss = damping, current
         return theta

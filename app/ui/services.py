@@ -228,12 +228,14 @@ def invert_gradient(theta: np.ndarray | None = None, weight: np.ndarray | None =
 
 
 def _current_image(rec, theta: np.ndarray) -> np.ndarray:
-    """The plain full-resolution image (1-pixel silhouettes) at `theta`, linear RGB, rendered: what the shared
-    renderer last drew need not be theta's (a scan's last grid point, a probe of the unpredicted pixels). Every
-    phase sets the renderer's theta and loss settings itself before it renders again."""
+    """The plain full-resolution image (1-pixel silhouettes) at `theta`, linear RGB: the recovery's own if its last
+    check rendered it (`Recovery.image_at`: every polish step's), else rendered, since what the shared renderer
+    last drew need not be theta's (a scan's last grid point, a probe of the unpredicted pixels). Every phase sets
+    the renderer's theta and loss settings itself before it renders again."""
     from app.scenes.inverse_render import plain_image, renderer
 
-    return plain_image(renderer(), theta)
+    image = rec.image_at(theta)
+    return plain_image(renderer(), theta) if image is None else image
 
 
 def _invert_snapshot(images: bool) -> dict:
