@@ -881,9 +881,10 @@ class Recovery:
     def _lm_stage(self, r, theta: np.ndarray, threshold: float, state: PolishState,
                   masked: bool = False) -> Iterator[str]:
         """Levenberg-Marquardt steps on Huber's loss (`threshold`) until a step fails or its trial is smaller than
-        SETTLED_STEP (not rendered), counted in `state`; returns the last theta. Over every pixel at full and half resolution, or (`masked`) at full
-        resolution over those `unpredicted_pixels` does not flag at theta, from the stage's first Jacobian. A stage
-        entered with the polish's steps spent does nothing (its Jacobian and probes would be thrown away)."""
+        SETTLED_STEP (not rendered), counted in `state`; returns the last theta. Over every pixel at full and half
+        resolution, or (`masked`) at full resolution over those `unpredicted_pixels` does not flag at theta, from the
+        stage's first Jacobian. A stage entered with the polish's steps spent does nothing (its Jacobian and probes
+        would be thrown away)."""
         if state.taken >= self.settings.lm_iterations:
             return theta
         free = self.free_now()
