@@ -10,6 +10,10 @@ its tolerance (app.scenes.inverse_render.TOLERANCES). A `silent` failure is a ru
 recover but says `converged`, or whose image-only verdict (the one a `--target-image` run would get)
 says converged while the truth says otherwise: the sweep fails (exit 1) if there is any. Prints a
 table per frame and a summary; exit 1 also when fewer than --goal of the runs recover.
+
+A sweep takes about half an hour on 2 cores: run it from a checkout nobody edits meanwhile (a `git worktree` of
+the commit), since Taichi re-reads a kernel's source when it compiles it, and a file edited under a running
+sweep fails its next compile.
 """
 from __future__ import annotations
 
