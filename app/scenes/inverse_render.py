@@ -915,12 +915,14 @@ class Recovery:
             (image, jac), first = first, None
             res, jf = residual(image, jac[..., free])
             w = huber_weights(res, scale, threshold)
+            weighted_jac, weighted_res = jf * w[:, None], res * w  # the same for every damping tried
+            tolerance = tolerance_scale(theta)[free]
             improved = False
             while damping < 1e8:
-                step = lm_step(jf * w[:, None], res * w, damping)
+                step = lm_step(weighted_jac, weighted_res, damping)
                 trial = np.array(theta)
                 trial[free] = np.clip(trial[free] + step, lo[free], hi[free])
-                size = np.abs(trial - theta)[free] / tolerance_scale(theta)[free]
+                size = np.abs(trial - theta)[free] / tolerance
                 if size.max() < SETTLED_STEP:
                     break  # not rendered: every larger damping gives a smaller step still
                 image = plain_image(r, trial, keep=True)  # kept: if accepted, its Jacobian needs no second render
