@@ -145,9 +145,10 @@ def clear_stale_cache_locks(cache_dir: str | Path, now: float | None = None) -> 
 def _start(name: str, kernel_profiler: bool) -> None:
     import taichi as ti
 
-    from engine import kernel_source_info, taichi_private
+    from engine import kernel_count, kernel_source_info, taichi_private
 
     kernel_source_info.install()  # halves every kernel's load from the offline cache (its docstring)
+    kernel_count.install()  # the k of "compiling kernels (k of n)"
     arch = {"cuda": ti.cuda, "vulkan": ti.vulkan, "cpu": ti.cpu}[name]
     cache_dir = os.environ.get("TI_OFFLINE_CACHE_FILE_PATH") or taichi_private.default_offline_cache_dir()
     for lock in clear_stale_cache_locks(cache_dir):  # the environment overrides the default, as in ti.init
@@ -168,6 +169,11 @@ def _start(name: str, kernel_profiler: bool) -> None:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = " (install mesa-vulkan-drivers for lavapipe)" if name == "vulkan" else ""
         raise UserError(f"backend {name} is not available: {reason}{hint}") from None
+    # Taichi turns the (empty) default field tree into SNode tree 0 at a program's first sync or launch; done
+    # here, every process numbers the fields it allocates later the same way whatever it runs first, and the
+    # offline cache, keyed by SNode ids, serves a kernel in any of them (the window renders a frame before it
+    # allocates the differentiable renderer; the processes that filled the cache allocated it first)
+    ti.sync()
     if name == "cpu":
         cpu_pool.pin_workers(threads_before)  # one pool worker per core (engine/cpu_pool.py says why)
 

@@ -66,8 +66,9 @@ class WorkerUserError(WorkerError, UserError):
     """The worker reported bad input or an unusable machine (its own `UserError`): exit code 2."""
 
 
-def _serve(conn, arch: str) -> None:
-    """Child process: start the backend, then answer (name, inputs) requests until None or the pipe closes."""
+def _serve(conn, arch: str, kernels_prepared) -> None:
+    """Child process: start the backend, then answer (name, inputs) requests until None or the pipe closes.
+    kernels_prepared: a shared integer the child keeps at its count of kernels prepared (engine.kernel_count)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent shuts us down (see the module docstring)
     from engine import backend
 
@@ -79,6 +80,9 @@ def _serve(conn, arch: str) -> None:
     except Exception as exc:
         conn.send(("error", f"backend {arch} failed to start: {_last_line(exc)}", traceback.format_exc()))
         return
+    from engine import kernel_count  # imports Taichi: only once the backend has started
+
+    kernel_count.share(kernels_prepared)
     conn.send(("ready", info.as_record()))
     while True:
         try:
@@ -135,7 +139,9 @@ class BackendWorker:
         self._lock = threading.RLock()  # guards killing the process and closing the pipe
         self._users: set[int] = set()  # the threads sending on or waiting on the pipe now (in a call or close)
         self._killed = False
-        self._process = ctx.Process(target=_serve, args=(child, arch), daemon=True, name=f"taichi-{arch}")
+        self._kernels = ctx.Value("i", 0, lock=False)  # one writer (the child), read whole: no lock needed
+        self._process = ctx.Process(target=_serve, args=(child, arch, self._kernels), daemon=True,
+                                    name=f"taichi-{arch}")
         with signals_ignored():  # the child starts with SIGINT ignored, before _serve can say so itself
             self._process.start()
         child.close()
@@ -216,6 +222,11 @@ class BackendWorker:
         if reply[0] != "ok":
             self._raise(reply)
         return reply[1]
+
+    @property
+    def kernels_prepared(self) -> int:
+        """How many Taichi kernels the worker has begun to prepare (compile or load) so far, live during a call."""
+        return int(self._kernels.value)
 
     @property
     def alive(self) -> bool:

@@ -1,5 +1,6 @@
 """Backend selection: explicit failures are one line and exit 2; auto says why it fell back."""
 import json
+import os
 import subprocess
 import sys
 
@@ -7,6 +8,7 @@ import pytest
 
 from engine import backend
 from engine.errors import UserError
+from tests.conftest import OTHER_ARCHS, backend_worker
 
 
 def run_app(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -185,3 +187,35 @@ def test_a_fresh_cache_lock_is_left_to_its_holder(tmp_path):
     assert held.exists() and stale.exists()
     removed = backend.clear_stale_cache_locks(tmp_path / "ticache", now=held.stat().st_mtime + 1e4)
     assert sorted(removed) == sorted([held, stale]) and not held.exists() and not stale.exists()
+
+
+FIELDS_AFTER = """
+import sys, taichi as ti
+from engine import backend
+backend.init(sys.argv[1])
+@ti.kernel
+def touch(a: ti.types.ndarray()):
+    a[0] = 1.0
+if sys.argv[2] == "ndarray-kernel-first":
+    touch(ti.ndarray(ti.f32, 4))
+builder = ti.FieldsBuilder()
+x = ti.field(ti.f32)
+builder.dense(ti.i, 4).place(x)
+print(builder.finalize().id)
+"""
+
+
+@pytest.mark.parametrize("arch", ["cpu", *OTHER_ARCHS])
+def test_fields_get_the_same_tree_whatever_the_process_launched_before(arch, tmp_path):
+    """Taichi's offline cache keys a kernel by the SNode ids of its fields, and the first launch or sync of a program
+    turns the empty default tree into tree 0: unless `backend.init` does that, a process that launched an ndarray
+    kernel first (the window's first frame) numbered its fields one later and compiled every kernel again. Unpinned
+    cpu pools (SHANNON_PIN_THREADS=0) launch nothing at start, like cuda and vulkan."""
+    if arch != "cpu":
+        backend_worker(arch)  # skips (or fails in CI) where the arch is missing, as the suite does
+    script = tmp_path / "fields_after.py"  # a file: Taichi reads a kernel's source
+    script.write_text(FIELDS_AFTER)
+    trees = {order: subprocess.run([sys.executable, str(script), arch, order], capture_output=True, text=True,
+                                   env={**os.environ, "SHANNON_PIN_THREADS": "0"}, check=True).stdout.split()[-1]
+             for order in ("fields-first", "ndarray-kernel-first")}
+    assert trees == {"fields-first": "1", "ndarray-kernel-first": "1"}

@@ -156,6 +156,9 @@ def test_loss_and_gradient_are_bit_identical_run_to_run():
     assert first["loss"] == second["loss"] and np.array_equal(first["grad"], second["grad"])
     assert np.array_equal(first["image"], second["image"])
     assert first["loss"] > 0.0 and np.abs(first["grad"]).max() > 0.0
+    from engine.checks.render_checks import l2_loss  # the central differences' loss, on the host
+
+    assert l2_loss(first["image"], target, inputs["weight"]) == pytest.approx(first["loss"], rel=1e-6)
 
 
 def test_a_larger_views_gradient_never_survives_into_a_smaller_ones():

@@ -26,6 +26,7 @@ dimmed actual image) next to the actual image. UPDATE_GOLDEN=1 rewrites the gold
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -40,6 +41,7 @@ import numpy as np
 import pytest
 
 from app.ui.app import WARM_TIMEOUT_S, AppOptions, is_warm, restore_default_layout, run_app
+from app.ui.controller import KERNEL_MANIFEST
 
 log = logging.getLogger(__name__)
 GOLDEN = Path(__file__).parent / "golden"
@@ -97,7 +99,13 @@ def _script(records: dict, files: dict):
 
     def script(ctx, state) -> None:
         fit, view = state.fit, state.raymarch
-        _wait(ctx, lambda: is_warm(state), "live content in every panel", WARM_TIMEOUT_S)  # 300 s fell short at load 12
+        seen = records["warmup_seen"] = set()  # every start-up status line shown while the window warmed up
+
+        def warm() -> bool:
+            seen.update(state.warmup)
+            return is_warm(state)
+
+        _wait(ctx, warm, "live content in every panel", WARM_TIMEOUT_S)  # 300 s fell short at load 12
         records["warm_errors"] = list(state.errors)
 
         ctx.set_ref("Shape fit")
@@ -281,6 +289,25 @@ def test_window_reaches_live_content_without_errors(session):
     records, _, run = session
     assert records["warm_errors"] == []
     assert run.state.raymarch.frames_rendered >= 1 and run.state.parity.share_within is not None
+
+
+@pytest.mark.slow
+@needs_display
+def test_start_up_counts_the_kernels_of_each_first_call_against_the_manifest(session):
+    """The status bar says "k of n kernels" while a first call prepares kernels, and n is right: each first call of
+    this session prepared the manifest's count (UPDATE_GOLDEN=1 writes the counts of this run into it)."""
+    records, _, run = session
+    counted = run.state.kernels_prepared
+    log.info("kernels prepared by each first call: %s", counted)
+    assert {"cpu/primary/invert_reset", "cpu/primary/render_frame", "vulkan/parity/render_frame"} <= set(counted)
+    manifest = json.loads(KERNEL_MANIFEST.read_text())
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        KERNEL_MANIFEST.write_text(json.dumps(dict(sorted({**manifest, **counted}.items())), indent=1) + "\n")
+        return
+    assert any(re.search(r"\d+ of \d+ kernels", line) for line in records["warmup_seen"]), records["warmup_seen"]
+    assert counted == {key: manifest.get(key) for key in counted}, (
+        "a first call prepared another number of kernels than app/ui/kernel_manifest.json says: run the GUI tests "
+        "with UPDATE_GOLDEN=1 and commit the manifest")
 
 
 @pytest.mark.slow

@@ -190,12 +190,13 @@ def _private_name_checks(scalar, vector) -> dict:
 
     out = ti.ndarray(ti.f32, 4)
 
-    def kernel():  # dispatch binds through these; fields.FieldGroup.destroy reads the mapper and instances
+    def kernel():  # dispatch binds through these; fields.FieldGroup.destroy reads the mapper and instances;
+        # kernel_count wraps materialize (tests/test_kernel_count.py checks what it counts)
         assert isinstance(_private_probe._primal, private.Kernel)
         assert isinstance(_private_probe._adjoint, private.Kernel)
         _private_probe(scalar, 2.0, out)
         assert _private_probe._primal.compiled_kernels and _private_probe._primal.mapper.mapping
-        for attribute in ("ensure_compiled", "arguments", "autodiff_mode", "func", "grad"):
+        for attribute in ("ensure_compiled", "materialize", "arguments", "autodiff_mode", "func", "grad"):
             assert hasattr(_private_probe._primal, attribute), attribute
 
     def bounded_method():  # engine.dispatch.resolve tells a data-oriented kernel and its .grad by these

@@ -87,27 +87,36 @@ def test_parity_heat_map_is_scaled_to_the_data_with_the_tolerance_and_the_worst_
 
 
 class _Link:
-    def __init__(self, status: str, in_flight: str = ""):
-        self.status, self.in_flight, self.backend = status, in_flight, {"arch": "cpu"}
+    def __init__(self, status: str, in_flight: str = "", kernels_in_call: int = 0):
+        self.status, self.in_flight, self.backend, self.arch = status, in_flight, {"arch": "cpu"}, "cpu"
+        self.kernels_in_call = kernels_in_call
 
 
-def test_start_up_progress_counts_finished_steps():
+def test_start_up_progress_counts_finished_steps_and_the_kernels_of_the_first_call():
     state = AppState(arch="cpu", parity_arch="vulkan", show_timings=False)
     controller = Controller.__new__(Controller)  # no worker links: the counting alone
-    controller.primary = _Link("busy", "app.ui.services:render_frame")
+    controller.primary = _Link("busy", "app.ui.services:render_frame", kernels_in_call=3)
     controller.parity = _Link("starting")
     controller._first_calls = {controller.primary: {"render_frame", "fit_reset"},
                                controller.parity: {"render_frame", "fit_gradient_at"}}
+    controller._roles = {controller.primary: "primary", controller.parity: "parity"}
+    controller._kernels_expected = {"cpu/primary/render_frame": 5}
     controller._started_at = {}
     Controller._link_status(controller, state)
     total = sum(1 + len(steps) for steps in START_UP.values())
     assert (state.warmup_done, state.warmup_total) == (1, total)  # the primary backend has started
-    assert state.warmup == ["compiling the ray-march kernel on cpu", "starting the vulkan (parity) backend"]
+    assert state.warmup == ["compiling the ray-march kernel on cpu, 3 of 5 kernels", "starting the vulkan (parity) backend"]
+    assert state.compiling == "compiling the ray-march kernel, 3 of 5 kernels"  # what the panels say while they wait
+    controller.primary.kernels_in_call = 6  # more than the manifest counted (a changed renderer): no "of n"
+    Controller._link_status(controller, state)
+    assert state.warmup[0] == "compiling the ray-march kernel on cpu, 6 kernels"
     controller._first_calls[controller.primary].discard("render_frame")
     controller.parity = _Link("unavailable: no Vulkan")
     controller._first_calls[controller.parity] = {"render_frame", "fit_gradient_at"}
+    controller._roles[controller.parity] = "parity"
     Controller._link_status(controller, state)
     assert state.warmup_done == 2 + 1 + len(START_UP["parity"])  # an unavailable worker has nothing left to do
+    assert state.compiling == ""
 
 
 def test_every_shortcut_has_its_own_key():
@@ -137,6 +146,8 @@ def _render_grad_controller() -> tuple[Controller, AppState]:
     controller.primary, controller.parity, controller.render_grad = _Recorder(), _Recorder(), _Recorder()
     controller._first_calls = {controller.primary: set(), controller.parity: set(),
                                controller.render_grad: {"render_gradient"}}
+    controller._roles = {controller.primary: "primary", controller.parity: "parity",
+                         controller.render_grad: "render_grad"}
     return controller, state
 
 

@@ -5,9 +5,9 @@ with theta moved off the target so the loss has a gradient. The L2 loss is taken
 the pixels where the image is smooth in theta (`engine.checks.render_checks.smooth_mask`: hits away
 from silhouettes, material seams, creases, grazing angles and ambient occlusion), and its
 taped gradient is compared with central differences of the whole renderer (march, hold,
-shade, loss) evaluated from scratch at theta +- h, differenced in float64 (the renderer
-runs in float32; the loss accumulates in float64; each difference is the median of those at
-h/3, h and 3h, see `engine.checks.render_checks.finite_difference`). Goal: relative error <= 1e-2 in
+shade) rendered from scratch at theta +- h, its L2 loss taken in float64 and differenced (the
+renderer runs in float32; each difference is the median of those at h/3, h and 3h; one render per
+step serves every mask below: `engine.checks.render_checks.finite_differences`). Goal: relative error <= 1e-2 in
 every component; a component whose gradient is below 1 % of the largest (a sum of
 contributions that nearly cancel) is compared absolutely, against 1e-4 of the largest.
 The silhouette term (the edge band, `edge_mask`) is reported separately, and so, over the
@@ -35,18 +35,21 @@ def relative_errors(analytic: np.ndarray, numeric: np.ndarray) -> np.ndarray:
 
 
 def gradcheck_masks(r, target: np.ndarray, theta: np.ndarray, masks: dict[str, np.ndarray],
-                    components: list[int] | None = None) -> dict[str, tuple]:
-    """Per mask: (analytic gradient, central differences, relative errors) over `components` (default: all)."""
-    from engine.checks.render_checks import finite_difference
+                    components: dict[str, list[int]]) -> dict[str, tuple]:
+    """Per mask: (analytic gradient, central differences, relative errors) over that mask's `components`;
+    the central differences of every mask from one render per step (`finite_differences`)."""
+    from engine.checks.render_checks import finite_differences
 
-    index = list(range(len(NAMES))) if components is None else components
+    every = sorted(set().union(*components.values()))
+    r.set_theta(theta)
+    numeric = finite_differences(r, target, masks, every)
     out = {}
     for name, mask in masks.items():
+        index = components[name]
         r.set_theta(theta)
         r.set_target(target, mask.astype(np.float32))
         _, grad = r.loss_and_gradient()
-        numeric = finite_difference(r, index)[index]
-        out[name] = (grad[index], numeric, relative_errors(grad[index], numeric))
+        out[name] = (grad[index], numeric[name][index], relative_errors(grad[index], numeric[name][index]))
     return out
 
 
@@ -64,7 +67,11 @@ def run(ctx) -> None:
     r.set_theta(theta)
     r.render()
     smooth, edges, occluded, shadowed = smooth_mask(r), edge_mask(r), ao_mask(r), shadow_mask(r)
-    results = gradcheck_masks(r, target, theta, {"smooth": smooth, "silhouette": edges})
+    every = list(range(len(NAMES)))
+    results = gradcheck_masks(r, target, theta, {"smooth": smooth, "silhouette": edges, "ao": occluded,
+                                                 "shadow": shadowed},
+                              {"smooth": every, "silhouette": every, "ao": HELD_COMPONENTS,
+                               "shadow": HELD_COMPONENTS})
     grad, numeric, rel = results["smooth"]
     worst = int(np.argmax(rel))
     own = np.abs(grad - numeric) / np.maximum(np.abs(numeric), 1e-300)
@@ -86,10 +93,9 @@ def run(ctx) -> None:
           f"arm joints {', '.join(f'{e:.1e}' for e in joints)}", flush=True)
     # what the held terms cost, reported: the pixels left out for their ambient occlusion (held constant),
     # and the smooth pixels whose shadow is differentiated through its held closest approach
-    held = gradcheck_masks(r, target, theta, {"ao": occluded, "shadow": shadowed}, HELD_COMPONENTS)
     names = [NAMES[i] for i in HELD_COMPONENTS]
     for label, key, mask in (("ambient occlusion held", "ao", occluded), ("shadows", "shadow", shadowed)):
-        g_h, n_h, rel_h = held[key]
+        g_h, n_h, rel_h = results[key]
         ctx.metric(**{f"{key}_pixels": int(mask.sum()), f"{key}_rel_err": dict(zip(names, map(float, rel_h))),
                       f"{key}_analytic": dict(zip(names, map(float, g_h))),
                       f"{key}_numeric": dict(zip(names, map(float, n_h)))})

@@ -236,6 +236,8 @@ class AppRun:
     warm_renders: int = 0  # ray-march frames that landed meanwhile
     invert_seconds: float = 0.0  # start_invert: from pressing Start to the recovery's end
     invert_frames: int = 0  # frames drawn meanwhile
+    first_picture_s: float | None = None  # from the process's start to the first ray-march picture
+    warm_after_s: float | None = None  # ...to live content in every panel
 
     @property
     def fps(self) -> float:
@@ -244,15 +246,31 @@ class AppRun:
     def summary(self) -> str:
         view, fit = self.state.raymarch, self.state.fit
         frame = f"{view.image.shape[1]}x{view.image.shape[0]}" if view.image is not None else "no frame"
-        return (f"{self.warm_frames} frames after warm-up in {self.warm_seconds:.1f} s: {self.fps:.1f} fps; "
+        started = (f"first picture after {self.first_picture_s:.1f} s, every panel live after "
+                   f"{self.warm_after_s:.1f} s; " if self.first_picture_s is not None and self.warm_after_s else "")
+        return (f"{started}{self.warm_frames} frames after warm-up in {self.warm_seconds:.1f} s: {self.fps:.1f} fps; "
                 f"ray march {frame} {view.timing()}; fit iteration {fit.iteration}")
+
+
+def _process_age_s() -> float:
+    """Seconds since this process started (Linux /proc; 0 where that cannot be read)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            started_ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return max(uptime - started_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
 
 
 class _FrameClock:
     """Frame times for the timeline, and the warm-up gate of the --frames hook."""
 
     def __init__(self):
-        self.last = self.started = time.perf_counter()
+        self.last = time.perf_counter()
+        self.started = self.last - _process_age_s()  # what a person waits counts from the command, not the window
+        self.first_picture_s: float | None = None  # since the process started
         self.warm_frame: int | None = None
         self.warm_at = 0.0
         self.warm_iteration = self.warm_renders = 0
@@ -266,6 +284,9 @@ class _FrameClock:
         return dt
 
     def mark_warm(self, state) -> None:
+        if self.first_picture_s is None and state.raymarch.frames_rendered:
+            self.first_picture_s = self.last - self.started
+            log.debug("the first ray-march picture after %.1f s", self.first_picture_s)
         if self.warm_frame is not None:
             return
         waited = self.last - self.started
@@ -447,8 +468,9 @@ def run_app(options: AppOptions) -> AppRun:
         controller.close()
     if stop:
         raise Interrupted(stop.signal_name, "the window was closed")
-    run = AppRun(0, state)
+    run = AppRun(0, state, first_picture_s=clock.first_picture_s)
     if clock.warm_frame is not None:
+        run.warm_after_s = clock.warm_at - clock.started
         run.warm_frames, run.warm_seconds = state.frame - clock.warm_frame, clock.last - clock.warm_at
         run.warm_fit_iterations = state.fit.iteration - clock.warm_iteration
         run.warm_renders = state.raymarch.frames_rendered - clock.warm_renders

@@ -5,7 +5,8 @@
 1. drain both links' answers into the state (frames, fit snapshots, parity results,
    errors);
 2. advance the timeline while playing;
-3. run the commands the panels queued (reset, step, export, gradient parity);
+3. run the commands the panels queued (reset, step, export, gradient parity), and, once the first frame is
+   done, the inverse render's and the fit's set-up (so the first picture waits on the ray-march kernel alone);
 4. ask for the frame the panel should show: at preview quality while the user
    interacts or the timeline plays, at full quality once still (newest request wins,
    so a slow frame never queues up behind stale ones);
@@ -26,8 +27,10 @@ backend, started on the first "compare render gradient". See `app.ui.links`.
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -58,6 +61,9 @@ FIRST_CALLS = {  # a worker's first call of these compiles kernels: the status b
     "render_gradient": "compiling the differentiable renderer",
 }
 START_UP = {"primary": ("render_frame", "fit_reset"), "parity": ("render_frame", "fit_gradient_at")}  # + each start
+# how many Taichi kernels each first call prepares, per arch and worker ("cpu/primary/render_frame"), as counted in
+# the window test's run (tests/test_gui.py checks it and rewrites it with UPDATE_GOLDEN=1): the n of "k of n kernels"
+KERNEL_MANIFEST = Path(__file__).with_name("kernel_manifest.json")
 SCREENSHOT_DELAY_FRAMES = 2  # a screenshot waits until the menu or dialog that asked for it is gone
 HIDDEN_VIEW_PX = (640, 360)  # frames for the parity panel when the ray-march panel is not shown
 LAYOUT_FRAMES = 3  # the docked panels have their sizes after this many frames
@@ -95,8 +101,9 @@ class Controller:
 
     def __init__(self, state: AppState, on_answer: Callable[[], None] | None = None):
         """on_answer: called from a link's thread after each answer (the app wakes its window)."""
-        # the inverse render goes first: its fields must be the worker's first (Taichi's offline cache is keyed by
-        # SNode ids), or its kernels compile again (minutes) instead of loading
+        # after the first frame (which allocates no fields) the inverse render goes first: its fields must be the
+        # worker's first (Taichi's offline cache is keyed by SNode ids), or its kernels compile again (minutes)
+        # instead of loading
         self.primary = WorkerLink(state.arch, priorities=("invert", "fit", "render"), queued=("invert", "fit"),
                                   on_answer=on_answer)
         self.parity = WorkerLink(state.parity_arch, priorities=("grad", "render"), post=_parity_post,
@@ -111,6 +118,8 @@ class Controller:
         self._fit_iterations_at_start = 0
         self._first_calls = {self.primary: set(FIRST_CALLS), self.parity: set(FIRST_CALLS),
                              self.render_grad: set(FIRST_CALLS)}
+        self._roles = {self.primary: "primary", self.parity: "parity", self.render_grad: "render_grad"}
+        self._kernels_expected: dict[str, int] = json.loads(KERNEL_MANIFEST.read_text())
         self._started_at: dict[tuple[WorkerLink, str], float] = {}  # when each start-up step was first seen running
         self._grad_in_flight = False  # a gradient comparison is under way (primary, then parity)
         self._grad_compared_iteration = -1  # the fit iteration whose gradients were last compared
@@ -118,12 +127,22 @@ class Controller:
         self._invert_in_flight = False  # a batch of the running inverse render is queued or running
         self._invert_started: float | None = None  # perf_counter when the running inversion's rate window began
         self._invert_iterations_at_start = 0
+        self._set_up_after_first_frame = False  # `start` sets it: the set-up waits for the first frame
 
     def start(self, state: AppState) -> None:
         self.primary.start()
         self.parity.start()
-        state.commands.append(invert_reset_command(state))
-        state.commands.append(reset_command(state))
+        self._set_up_after_first_frame = True
+
+    def _set_up_once_a_frame_is_shown(self, state: AppState) -> None:
+        """The inverse render's and the fit's set-up, queued once the primary's first frame is done: the
+        ray-march kernel alone stands between the window and its first picture (the forward renderer has no
+        fields, so the differentiable renderer's are still the worker's first, as the offline cache needs)."""
+        if self._set_up_after_first_frame and ("render_frame" not in self._first_calls[self.primary]
+                                               or self.primary.status.startswith("unavailable")):
+            self._set_up_after_first_frame = False
+            state.commands.append(invert_reset_command(state))
+            state.commands.append(reset_command(state))
 
     def close(self) -> None:
         self.primary.close()
@@ -144,6 +163,7 @@ class Controller:
         view = state.raymarch
         if view.playing:
             view.t = (view.t + dt * view.speed / view.cycle_s) % 1.0
+        self._set_up_once_a_frame_is_shown(state)
         for command in state.commands:
             self._command(state, command)
         state.commands.clear()
@@ -177,8 +197,29 @@ class Controller:
             if link.status == "starting":
                 warmup.append(self._running(state, link, "start", f"starting the {arch} backend"))
             elif function in self._first_calls[link]:
-                warmup.append(self._running(state, link, function, f"{FIRST_CALLS[function]} on {arch}"))
+                warmup.append(self._running(state, link, function,
+                                            f"{FIRST_CALLS[function]} on {arch}, {self._kernels_text(link, function)}"))
         state.warmup, state.warmup_done, state.warmup_total = warmup, done, total
+        function = self.primary.in_flight.rsplit(":", 1)[-1]
+        state.compiling = (f"{FIRST_CALLS[function]}, {self._kernels_text(self.primary, function)}"
+                           if function in self._first_calls[self.primary] else "")
+
+    def _call_key(self, link: WorkerLink, function: str) -> str:
+        """The manifest's key of a call: "cpu/primary/render_frame"."""
+        return f"{link.backend.get('arch', link.arch)}/{self._roles[link]}/{function}"
+
+    def _kernels_text(self, link: WorkerLink, function: str) -> str:
+        """ "k of n kernels" begun by the first call in flight on `link` (n where the manifest knows this call)."""
+        k = link.kernels_in_call
+        n = self._kernels_expected.get(self._call_key(link, function))
+        return f"{k} of {n} kernels" if n and k <= n else f"{k} kernels"
+
+    def _first_call_done(self, state: AppState, link: WorkerLink, answer: Answer) -> None:
+        """Record how many kernels a first call prepared (for the manifest's check) and that it is done."""
+        function = answer.request.name.rsplit(":", 1)[-1]
+        if function in self._first_calls[link] and answer.outputs is not None:
+            state.kernels_prepared[self._call_key(link, function)] = answer.kernels
+        self._first_calls[link].discard(function)
 
     def _running(self, state: AppState, link: WorkerLink, step: str, what: str) -> str:
         """`what` with how long this start-up step has run so far (timing text is off in screenshots)."""
@@ -188,7 +229,7 @@ class Controller:
     # --- answers --------------------------------------------------------------------------------
     def _primary_answer(self, state: AppState, answer: Answer) -> None:
         name = answer.request.name.rsplit(":", 1)[-1]
-        self._first_calls[self.primary].discard(name)
+        self._first_call_done(state, self.primary, answer)
         if answer.outputs is None:
             message = answer.error  # one line: a worker's UserError as it is, or what failed in it
             if name == "render_frame":
@@ -317,7 +358,7 @@ class Controller:
     def _parity_answer(self, state: AppState, answer: Answer) -> None:
         """An answer of the parity worker, or of the render-gradient worker (slot "render_grad")."""
         link = self.render_grad if answer.request.slot == "render_grad" else self.parity
-        self._first_calls[link].discard(answer.request.name.rsplit(":", 1)[-1])
+        self._first_call_done(state, link, answer)
         view = state.parity
         if answer.outputs is None:
             failed = f"parity comparison failed: {answer.error}"

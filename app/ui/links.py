@@ -52,6 +52,7 @@ class Answer:
     outputs: dict | None  # None when the call failed
     error: str = ""
     extra: dict = field(default_factory=dict)  # what `post` computed off the UI thread
+    kernels: int = 0  # Taichi kernels the worker prepared (compiled or loaded) during the call
 
 
 class WorkerLink:
@@ -63,6 +64,7 @@ class WorkerLink:
         self.status = "starting"  # "starting", "ready", "busy", or "unavailable: <why>"
         self.backend: dict = {}  # the worker's record of what actually runs (once ready)
         self.in_flight: str = ""  # the computation running now, "" when none
+        self._kernels_at_call = 0  # the worker's count of kernels prepared when the call in flight began
         self.answers: "queue.Queue[Answer]" = queue.Queue()
         self.idle_request: Request | None = None  # set from the UI thread; read here
         self._priorities = priorities
@@ -75,6 +77,12 @@ class WorkerLink:
         self._idle_turn = False  # True: the idle request goes before replacing slots next time
         self._worker: BackendWorker | None = None
         self._thread = threading.Thread(target=self._run, name=f"link-{arch}", daemon=True)
+
+    @property
+    def kernels_in_call(self) -> int:
+        """Taichi kernels the worker has begun to prepare (compile or load) since the call in flight began."""
+        worker = self._worker
+        return worker.kernels_prepared - self._kernels_at_call if worker is not None and self.in_flight else 0
 
     @property
     def started(self) -> bool:
@@ -132,6 +140,7 @@ class WorkerLink:
         self.backend = self._worker.backend
         self.status = "ready"
         while (request := self._next()) is not None:
+            self._kernels_at_call = self._worker.kernels_prepared
             self.in_flight, self.status = request.name, "busy"
             try:
                 answer = Answer(request, self._worker.call(request.name, timeout_s=request.timeout_s,
@@ -142,6 +151,7 @@ class WorkerLink:
                 if self._stop:
                     return
                 raise
+            answer.kernels = self._worker.kernels_prepared - self._kernels_at_call
             if answer.outputs is not None and self._post is not None:
                 self._post(answer)
             self.in_flight = ""

@@ -221,6 +221,8 @@ class AppState:
     warmup: list[str] = field(default_factory=list)  # what is compiling/starting now, for the status bar
     warmup_done: int = 0  # start-up steps finished (backend starts, first compiles), of `warmup_total`
     warmup_total: int = 0
+    compiling: str = ""  # the primary's first call in flight and its kernel count ("..., 3 of 12 kernels"), or ""
+    kernels_prepared: dict[str, int] = field(default_factory=dict)  # kernels each first call prepared (controller)
     errors: list[str] = field(default_factory=list)  # shown in the window until dismissed
     commands: list[Command] = field(default_factory=list)
     show_timings: bool = True  # off for golden screenshots: timing text varies run to run

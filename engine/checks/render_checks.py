@@ -1,8 +1,9 @@
 """Checks of the differentiable render: where its image is smooth in theta, finite differences, the gradchecks.
 
 The masks say which pixels a central difference can be compared on (`smooth_mask`: no silhouette, seam,
-crease, grazing hit or ambient occlusion beside them); `finite_difference` is the loss's central difference
-in theta, robust to a discrete choice flipping inside a step; the named computations "render_gradcheck" and
+crease, grazing hit or ambient occlusion beside them); `finite_differences` are the L2 loss's central
+differences in theta under several pixel weightings from one render per step, robust to a discrete choice
+flipping inside a step; the named computations "render_gradcheck" and
 "render_jacobian" (engine.computations) run them on any backend, for the claims render_gradcheck and
 render_grad_parity and for tests/test_diff_render.py.
 """
@@ -77,28 +78,43 @@ def fd_step(index: int) -> float:
 FD_SCALES = (1.0 / 3.0, 1.0, 3.0)
 
 
-def finite_difference(r: DiffRenderer, components: list[int] | None = None) -> np.ndarray:
-    """Central differences of the loss in theta, in float64, each step taken as the float32 values actually set.
+def l2_loss(image: np.ndarray, target: np.ndarray, weight: np.ndarray) -> float:
+    """The renderer's L2 image loss (`engine.kernels.image_loss`: the mean over pixels and channels of
+    0.5 w |image - target|^2, one pyramid level) in float64 on the host."""
+    d = image.astype(np.float64) - target
+    return float(0.5 * (weight[..., None] * d * d).sum() / (3 * weight.size))
 
-    The renderer holds a few discrete choices (which march step brackets a closest approach, a bound
-    or a surface at a shadow sample) that can flip inside a step and put a small jump into one
-    difference; the estimate is the median of the central differences at h/3, h and 3h (FD_SCALES),
-    which a jump in one of them does not move."""
+
+def finite_differences(r: DiffRenderer, target: np.ndarray, weights: dict[str, np.ndarray],
+                       components: list[int] | None = None) -> dict[str, np.ndarray]:
+    """Central differences in theta of the L2 loss against `target` under each of several pixel weightings:
+    {name: (N_THETA,) float64}, zero outside `components` (default: all).
+
+    Each theta is rendered once (the whole renderer: march, hold, shade, compose) and every weighting's loss
+    taken from that image in float64 (`l2_loss`); each step is taken as the float32 values actually set. The
+    renderer holds a few discrete choices (which march step brackets a closest approach, a bound or a surface
+    at a shadow sample) that can flip inside a step and put a small jump into one difference; the estimate is
+    the median of the central differences at h/3, h and 3h (FD_SCALES), which a jump in one of them does not
+    move."""
     base = r.theta_values()
-    out = np.zeros(N_THETA)
+    target = np.asarray(target, np.float64)
+    out = {name: np.zeros(N_THETA) for name in weights}
     for i in range(N_THETA) if components is None else components:
-        estimates = []
+        estimates = {name: [] for name in weights}
         for scale in FD_SCALES:
             plus, minus = base.copy(), base.copy()
             plus[i] += fd_step(i) * scale
             minus[i] -= fd_step(i) * scale
             plus32, minus32 = plus.astype(np.float32), minus.astype(np.float32)
             r.set_theta(plus32)
-            high = r.loss_value()
+            high = r.render()
             r.set_theta(minus32)
-            low = r.loss_value()
-            estimates.append((high - low) / (float(plus32[i]) - float(minus32[i])))
-        out[i] = float(np.median(estimates))
+            low = r.render()
+            for name, weight in weights.items():
+                step = float(plus32[i]) - float(minus32[i])
+                estimates[name].append((l2_loss(high, target, weight) - l2_loss(low, target, weight)) / step)
+        for name in weights:
+            out[name][i] = float(np.median(estimates[name]))
     r.set_theta(base)
     return out
 
@@ -152,7 +168,7 @@ def run_render_gradcheck(t_theta: np.ndarray, theta: np.ndarray, width: int, hei
     mask = smooth_mask(r)
     r.set_target(target, mask.astype(np.float32))
     _, grad = r.loss_and_gradient()
-    numeric = finite_difference(r, [int(i) for i in components])
+    numeric = finite_differences(r, target, {"smooth": mask}, [int(i) for i in components])["smooth"]
     arm = np.isin(held_layers(r)["material"][0], [raymarch.M_PAINT, raymarch.M_JOINT, raymarch.M_STEEL])
     return {"grad": grad[components], "fd": numeric[components], "pixels": np.int64(mask.sum()),
             "arm_pixels": np.int64((mask & arm).sum())}

@@ -58,8 +58,8 @@ def draw(state: AppState, gfx: Gfx) -> None:
     if view.error:
         imgui.text_colored(colours.ERROR, f"inverse render failed: {view.error}")
     if view.image is None:
-        imgui.text_disabled("setting up (the first time compiles the differentiable renderer)..." if view.busy
-                            else "waiting for the backend")
+        imgui.text_disabled(f"setting up ({state.compiling or 'loading the differentiable renderer'})..."
+                            if view.busy else "waiting for the backend")
         return
     _images(state, gfx)
     avail = imgui.get_content_region_avail()

@@ -93,7 +93,7 @@ def _image(state: AppState, gfx: Gfx) -> bool:
     else:
         draw_list.add_rect_filled(origin, corner, imgui.get_color_u32(imgui.Col_.frame_bg))
         draw_list.add_text(imgui.ImVec2(origin.x + 12, origin.y + 12), imgui.get_color_u32(imgui.Col_.text),
-                           "rendering the first frame (compiling kernels: see the status bar)...")
+                           f"rendering the first frame (waiting on: {state.compiling or 'the backend'})...")
     moved = False
     delta = imgui.get_io().mouse_delta
     if active and imgui.is_mouse_dragging(imgui.MouseButton_.left, 0.0):
