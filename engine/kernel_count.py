@@ -26,11 +26,14 @@ worker reads it while the worker is inside a call (`engine.worker.BackendWorker.
 
 from typing import Any
 
-from engine.taichi_private import Kernel
+from engine import progress
+from engine.taichi_private import AutodiffMode, Kernel, Program
 
 _count = 0
 _shared: Any = None  # a multiprocessing Value ("i") the parent reads, or None
+_uncompiled: dict[int, tuple[int, str]] = {}  # id of a prepared C++ kernel not yet compiled -> (k, its name)
 _original_materialize = Kernel.materialize
+_original_compile = Program.compile_kernel
 
 
 def prepared() -> int:
@@ -47,13 +50,27 @@ def share(value: Any) -> None:
 
 def _counting_materialize(kernel, key=None, args=None, arg_features=None):
     global _count
-    if (key if key is not None else (kernel.func, 0, kernel.autodiff_mode)) not in kernel.compiled_kernels:
-        _count += 1  # Taichi's own default key, as its materialize forms it
-        if _shared is not None:
-            _shared.value = _count
-    return _original_materialize(kernel, key, args, arg_features)
+    key = key if key is not None else (kernel.func, 0, kernel.autodiff_mode)  # Taichi's own default key
+    if key in kernel.compiled_kernels:
+        return _original_materialize(kernel, key, args, arg_features)
+    _count += 1
+    if _shared is not None:
+        _shared.value = _count
+    _original_materialize(kernel, key, args, arg_features)
+    name = kernel.func.__name__ + (" adjoint" if kernel.autodiff_mode == AutodiffMode.REVERSE else "")
+    _uncompiled[id(kernel.compiled_kernels[key])] = (_count, name)
+
+
+def _watched_compile(program, config, caps, t_kernel):
+    """Taichi's compile (every plain launch asks; only the first compiles or loads): the first said on the terminal."""
+    first = _uncompiled.pop(id(t_kernel), None) if _uncompiled else None
+    if first is None:
+        return _original_compile(program, config, caps, t_kernel)
+    with progress.kernel_compiling(*first):
+        return _original_compile(program, config, caps, t_kernel)
 
 
 def install() -> None:
-    """Count from now on (idempotent)."""
+    """Count from now on, and say on the terminal which kernel compiles (idempotent)."""
     Kernel.materialize = _counting_materialize
+    Program.compile_kernel = _watched_compile

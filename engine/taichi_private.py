@@ -19,6 +19,8 @@ Who relies on what:
 - `engine.fields` (`FieldGroup.destroy` puts back kernels): `kernels`, `CoreSNode`, `arch`.
 - `engine.autodiff` (tape, optimisers) and `engine.kernels.losses`: `Field`, `MatrixField`, `Ndarray`.
 - `engine.kernels.lanes` (packets of rays): `is_tensor_expr`.
+- `engine.kernel_count` (kernels prepared, compiles said on the terminal): `Kernel.materialize` and
+  `Program.compile_kernel`, which it wraps.
 - `engine.backend`: `arch`, `program`, `default_offline_cache_dir`; `engine.cpu_pool`, the
   benchmarks and tests: `arch`, `cpu_threads`, `config`.
 
@@ -45,11 +47,12 @@ from taichi.lang.util import cook_dtype
 
 __all__ = [
     "ASTTransformerContext", "AutodiffMode", "BoundedDifferentiableMethod", "CoreSNode", "Field", "Kernel", "Layout",
-    "MatrixField", "MatrixType", "Ndarray", "StructType", "arch", "config", "cook_dtype", "cpu_threads",
+    "MatrixField", "MatrixType", "Ndarray", "Program", "StructType", "arch", "config", "cook_dtype", "cpu_threads",
     "default_offline_cache_dir", "get_runtime", "is_tensor_expr", "kernel_impl", "kernels", "program",
 ]
 
 CoreSNode = _core.SNode  # the C++ SNode (a `Field`'s `.snode.ptr`), as a kernel's template key may hold it
+Program = _core.Program  # the C++ program: every launch asks its `compile_kernel` for the compiled kernel
 
 # The process's Taichi runtime (`PyTaichi`): `ti.reset()` replaces it by a new object, so the object
 # itself identifies one program (engine.dispatch compares it with `is` on every launch: a bare name).

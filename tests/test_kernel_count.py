@@ -44,3 +44,43 @@ def test_a_worker_shares_its_count_with_the_parent():
     # "affine" allocates its fields anew on every call: the same kernels again, new instances, counted in the
     # worker and read here
     assert first > 0 and second == first
+
+
+@ti.kernel
+def _twice(x: ti.f32) -> ti.f32:
+    return 2.0 * x
+
+
+def test_each_first_compile_is_said_once_with_its_number_and_name(ti_cpu, monkeypatch):
+    import contextlib
+
+    from engine import progress
+
+    said = []
+    monkeypatch.setattr(progress, "kernel_compiling", lambda k, name: said.append((k, name)) or contextlib.nullcontext())
+    a, out = ti.field(ti.f32, 4, needs_grad=True), ti.field(ti.f32, (), needs_grad=True)
+    assert _twice(1.5) == 3.0 and _twice(2.0) == 4.0
+    _total(a, out)
+    _total.grad(a, out)
+    _total.grad(a, out)
+    assert [name for _, name in said] == ["_twice", "_total", "_total adjoint"]
+    assert [k for k, _ in said] == list(range(said[0][0], said[0][0] + 3))  # the count, kernel by kernel
+
+
+def test_the_compile_line_is_erased_and_only_on_a_terminal(monkeypatch, caplog):
+    import io
+    import logging
+
+    from engine import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    caplog.set_level(logging.INFO, logger="engine")
+    for stream, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr("sys.stderr", stream)
+        with progress.kernel_compiling(7, "shade_slots adjoint"):
+            during = stream.getvalue()
+        assert ("compiling kernel 7 (shade_slots adjoint;" in during) == shown
+        assert stream.getvalue().endswith("\r\x1b[2K") == shown  # erased once it is done

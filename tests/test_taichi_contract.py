@@ -239,6 +239,9 @@ def _private_name_checks(scalar, vector) -> dict:
     def core_snode():  # what a kernel instance's template key may hold (FieldGroup.destroy treats it as a field)
         assert isinstance(scalar.snode.ptr, private.CoreSNode)
 
+    def program_class():  # kernel_count wraps compile_kernel: every plain launch calls it, the first compiles
+        assert isinstance(private.program(), private.Program) and callable(private.Program.compile_kernel)
+
     def get_runtime():
         runtime = private.get_runtime()
         assert runtime is private.get_runtime() and runtime.prog is not None
@@ -290,6 +293,7 @@ def _private_name_checks(scalar, vector) -> dict:
     return {"Kernel": kernel, "BoundedDifferentiableMethod": bounded_method, "AutodiffMode": autodiff_mode,
             "Layout": layout, "Ndarray": ndarray, "Field": field, "MatrixField": matrix_field,
             "MatrixType": matrix_type, "StructType": struct_type, "cook_dtype": cook_dtype, "CoreSNode": core_snode,
+            "Program": program_class,
             "get_runtime": get_runtime, "config": config, "arch": arch, "cpu_threads": cpu_threads,
             "program": program, "kernels": kernels, "default_offline_cache_dir": default_offline_cache_dir,
             "kernel_impl": kernel_impl, "ASTTransformerContext": ast_transformer_context,
