@@ -6,7 +6,8 @@
    errors);
 2. advance the timeline while playing;
 3. run the commands the panels queued (reset, step, export, gradient parity), and, once the first frame is
-   done, the inverse render's and the fit's set-up (so the first picture waits on the ray-march kernel alone);
+   done, the inverse render's and the fit's set-up (so the first picture waits on the ray-march kernel alone,
+   and on its one-ray-per-thread form, which compiles in seconds; the packets' form compiles after the set-up);
 4. ask for the frame the panel should show: at preview quality while the user
    interacts or the timeline plays, at full quality once still (newest request wins,
    so a slow frame never queues up behind stale ones);
@@ -52,6 +53,7 @@ INVERT_MAX_STEPS = 1_000_000  # a running batch's step limit: its time budget en
 INVERT_VIEW = (256, 128)  # the inverse render panel's resolution: the claim's (at 128x64 the arm is too thin to recover)
 INVERT_TIMEOUT_S = 1800.0  # a cold start compiles the differentiable renderer: minutes on a loaded 2-core machine
 MIN_RENDER_PX = 32
+FIRST_FRAME_LANES = 1  # rays per thread of the primary's first frame (engine.kernels.lanes; later frames: the backend's)
 FIRST_CALLS = {  # a worker's first call of these compiles kernels: the status bar says so meanwhile
     "render_frame": "compiling the ray-march kernel",
     "fit_reset": "setting up the fit (BVH, Chamfer kernels)",
@@ -502,13 +504,18 @@ class Controller:
                 return  # the panel has not been laid out yet
             view_px = HIDDEN_VIEW_PX  # the panel is not shown (--panel, closed): parity still needs frames
         width, height = (max(int(side * scale), MIN_RENDER_PX) for side in view_px)
+        # the first frame one ray per thread: that kernel compiles in seconds, the packets' in a minute (cold); the
+        # packets' compile waits until the set-up queued after the first frame is done
         inputs = {"t": round(view.t, 4), "yaw": view.orbit.yaw, "pitch": view.orbit.pitch,
                   "distance": view.orbit.distance, "center": view.orbit.center, "width": width, "height": height,
-                  "linear": not preview}
+                  "linear": not preview, "lanes": FIRST_FRAME_LANES if self._first_frame_pending() else 0}
         if inputs == view.requested:
             return
         view.requested = inputs
         self.primary.send(Request("render", f"{SERVICES}:render_frame", inputs, context={"full": not preview}))
+
+    def _first_frame_pending(self) -> bool:
+        return "render_frame" in self._first_calls[self.primary]
 
     def _keep_fitting(self, state: AppState) -> None:
         fit = state.fit

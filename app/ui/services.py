@@ -29,12 +29,13 @@ INVERT_GROUPS = ("joints", "gripper", "letter", "letter_angles")  # what the pan
 
 
 def render_frame(t: float, yaw: float, pitch: float, distance: float, width: int, height: int,
-                 linear: bool = False, center: tuple[float, float, float] | None = None) -> dict:
+                 linear: bool = False, center: tuple[float, float, float] | None = None, lanes: int = 0) -> dict:
     """The "raymarch_frame" computation (timeline `t` in [0, 1], orbit camera around `center`), for display.
 
     Returns `srgb` (H, W, 3) uint8, `ms` (worker-side render time) and, with
     `linear=True`, the (H, W, 3) float32 linear image that the parity panel compares
-    against the parity backend's "raymarch_frame" output.
+    against the parity backend's "raymarch_frame" output. lanes: rays per thread (0: the backend's packet width;
+    the image is the same bit for bit at any width).
     """
     from app.scenes.robot_arm import raymarch_frame
     from engine.image_io import srgb8
@@ -42,7 +43,7 @@ def render_frame(t: float, yaw: float, pitch: float, distance: float, width: int
 
     target = Camera.target if center is None else tuple(float(v) for v in center)
     out = raymarch_frame(float(t), int(width), int(height), azimuth=float(yaw), elevation=float(pitch),
-                         distance=float(distance), target=target)
+                         distance=float(distance), target=target, lanes=int(lanes))
     frame = {"srgb": srgb8(out["rgb"]), "ms": out["ms"]}
     if linear:
         frame["linear"] = out["rgb"]
