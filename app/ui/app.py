@@ -268,8 +268,8 @@ class _FrameClock:
     """Frame times for the timeline, and the warm-up gate of the --frames hook."""
 
     def __init__(self):
-        self.last = time.perf_counter()
-        self.started = self.last - _process_age_s()  # what a person waits counts from the command, not the window
+        self.last = self.started = time.perf_counter()
+        self.process_started = self.started - _process_age_s()  # what a person waits counts from the command
         self.first_picture_s: float | None = None  # since the process started
         self.warm_frame: int | None = None
         self.warm_at = 0.0
@@ -285,7 +285,7 @@ class _FrameClock:
 
     def mark_warm(self, state) -> None:
         if self.first_picture_s is None and state.raymarch.frames_rendered:
-            self.first_picture_s = self.last - self.started
+            self.first_picture_s = self.last - self.process_started
             log.debug("the first ray-march picture after %.1f s", self.first_picture_s)
         if self.warm_frame is not None:
             return
@@ -470,7 +470,7 @@ def run_app(options: AppOptions) -> AppRun:
         raise Interrupted(stop.signal_name, "the window was closed")
     run = AppRun(0, state, first_picture_s=clock.first_picture_s)
     if clock.warm_frame is not None:
-        run.warm_after_s = clock.warm_at - clock.started
+        run.warm_after_s = clock.warm_at - clock.process_started
         run.warm_frames, run.warm_seconds = state.frame - clock.warm_frame, clock.last - clock.warm_at
         run.warm_fit_iterations = state.fit.iteration - clock.warm_iteration
         run.warm_renders = state.raymarch.frames_rendered - clock.warm_renders
