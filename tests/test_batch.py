@@ -392,6 +392,31 @@ def assert_a_line_a_job(result, ran: int, ok: int) -> None:
     assert all(f" of {ran} done: " in line for line in done) and done[-1].endswith(f"(ok {ok}, failed {ran - ok})")
 
 
+NICENESS = """
+import os, ray
+from app.batch.ray_session import RaySession
+with RaySession(cpus=1):
+    niceness = ray.get(ray.remote(lambda: os.nice(0)).remote())
+print(niceness)
+"""
+
+
+def test_an_embedded_batchs_workers_run_at_normal_priority(tmp_path):
+    """Ray starts its workers at nice 15 by default: beside two busy loops on 2 cores a batch of 4-iteration fits then
+    overran 7 minutes and a quick job its --job-timeout. The embedded session runs them at 0; the user's own
+    RAY_worker_niceness wins."""
+    needs_ray()
+    script = tmp_path / "niceness.py"
+    script.write_text(NICENESS)
+    tag = secrets.token_hex(4)
+    for extra, expected in (({}, "0"), ({"RAY_worker_niceness": "5"}, "5")):
+        result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT,
+                                cwd=ROOT, env=batch_env(tag, **extra))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split()[-1] == expected, result.stdout
+    assert_none_left(tag)
+
+
 @pytest.mark.slow
 def test_embedded_batch_rows_outputs_and_resume(targets, singles, tmp_path):
     needs_ray()

@@ -14,6 +14,12 @@ The only module that imports Ray (the optional `batch` extra).
   carrying this session's marker in its environment is ended by pid: killing the driver of an embedded
   Ray was seen to leave `ray::DashboardAgent` and `ray::RuntimeEnvAgent` running. Ray's own processes
   are started with SIGINT ignored, so Ctrl-C at the terminal reaches the driver only, which stops them in order.
+- **Workers at normal priority** (embedded): Ray starts its workers at nice 15 unless told otherwise
+  (`RAY_worker_niceness`, read by its raylet), where any other work on the machine starves them: beside
+  two busy loops on 2 cores a batch of 4-iteration fits overran 7 minutes and a quick job overran
+  `--job-timeout 90` (measured). The embedded session sets it to 0, as a `fit` run in a terminal runs,
+  unless the environment sets it. A cluster's workers run at the niceness its nodes were started with
+  (`RAY_worker_niceness=0 ray start ...` for normal priority).
 - **Cluster** (`--address HOST:PORT` or RAY_ADDRESS): the address is checked with a plain TCP
   connection first and `ray.init` is given `connect_timeout` seconds (Ray itself retries for
   minutes), each a one-line error. With token authentication (`RAY_AUTH_MODE=token`), the driver
@@ -78,6 +84,7 @@ from engine.errors import Interrupted, UserError
 from engine.interrupt import graceful_stop, signals_ignored
 
 MARKER_ENV = "SHANNON_BATCH_SESSION"  # in the environment of every process of an embedded session
+WORKER_NICENESS_ENV = "RAY_worker_niceness"  # Ray's workers' nice value (its default: 15)
 MAX_CALLS = 10  # jobs per CPU worker process before Ray replaces it
 LOOPBACK_NODE = "127.0.0.2"  # an embedded session's node address: Ray replaces 127.0.0.1 by the routable one
 
@@ -385,6 +392,7 @@ class RaySession:
         self.temp_dir = tempfile.mkdtemp(prefix="shannon-ray-")  # short: Ray's socket paths must fit 107 bytes
         self._tmpdir = os.environ.get("TMPDIR")
         os.environ["TMPDIR"] = self.temp_dir  # the workers' job folders too: a killed worker's go with the session
+        os.environ.setdefault(WORKER_NICENESS_ENV, "0")  # the user's own setting wins (see the module docstring)
         node = {"_node_ip_address": LOOPBACK_NODE} if _loopback_node_available() else {}
         with signals_ignored():  # inherited by Ray's processes (see the module docstring)
             ray.init(address="local", num_cpus=self.cpus, include_dashboard=False, _temp_dir=self.temp_dir,
