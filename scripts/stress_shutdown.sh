@@ -22,14 +22,15 @@ for _ in $(seq 1 "$HOGS"); do
   hogs+=($!)
 done
 trap 'kill "${hogs[@]}" 2>/dev/null' EXIT
+trap 'exit 130' INT TERM  # through the EXIT trap: a stopped run leaves no busy loop behind
 failed=()
 for i in $(seq 1 "$ROUNDS"); do
   echo "round $i start $(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)"
-  if xvfb-run -a -s "-screen 0 1280x800x24" .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_misuse.py \
-      -k "$TESTS" -rf --tb=long > "$LOGS/round_$i.log" 2>&1; then
-    tail -1 "$LOGS/round_$i.log"
-  else
-    tail -1 "$LOGS/round_$i.log"
+  xvfb-run -a -s "-screen 0 1280x800x24" .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_misuse.py \
+    -k "$TESTS" -rf --tb=long > "$LOGS/round_$i.log" 2>&1
+  rc=$?
+  tail -1 "$LOGS/round_$i.log"
+  if [ "$rc" -ne 0 ]; then
     grep "^FAILED" "$LOGS/round_$i.log"
     failed+=("$i")
   fi

@@ -140,7 +140,7 @@ class Controller:
         """The inverse render's and the fit's set-up, queued once the primary's first frame is done: the
         ray-march kernel alone stands between the window and its first picture (the forward renderer has no
         fields, so the differentiable renderer's are still the worker's first, as the offline cache needs)."""
-        if self._set_up_after_first_frame and ("render_frame" not in self._first_calls[self.primary]
+        if self._set_up_after_first_frame and (not self._first_frame_pending()
                                                or self.primary.status.startswith("unavailable")):
             self._set_up_after_first_frame = False
             state.commands.append(invert_reset_command(state))

@@ -110,8 +110,8 @@ def finite_differences(r: DiffRenderer, target: np.ndarray, weights: dict[str, n
             high = r.render()
             r.set_theta(minus32)
             low = r.render()
+            step = float(plus32[i]) - float(minus32[i])
             for name, weight in weights.items():
-                step = float(plus32[i]) - float(minus32[i])
                 estimates[name].append((l2_loss(high, target, weight) - l2_loss(low, target, weight)) / step)
         for name in weights:
             out[name][i] = float(np.median(estimates[name]))
