@@ -1,8 +1,10 @@
 """`python -m app bench fit_iteration [--arch A] [--targets T,...] [--subdiv S] [--iters N] [--rounds R] [--out DIR]`.
 
 Time per shape-fit iteration (`ShapeFit.step`: BVH refit and queries, the taped Chamfer terms,
-backward, Adam, smoothing) with the BVH queries warm-started from the previous iteration's faces
-(the default) and cold, on the bundled targets and on spot split to 254,080 faces (the "spot254k"
+backward, Adam, smoothing), timed as the fit runs: blocks of `sync_every` steps, each ending where the fit
+reads its losses and waits for the device (an iteration alone waits for nothing: on a GPU a per-step
+sync would time the host's round trips, not the fit), with the BVH queries warm-started from the previous
+iteration's faces (the default) and cold, on the bundled targets and on spot split to 254,080 faces (the "spot254k"
 mesh of `bench closest`, written to a temporary OBJ). Each round builds one fit per side and runs
 it for --iters iterations at the default settings; reported: the median iteration over the
 iterations after the first WARMUP (the first ones load kernels), its spread over the rounds, the
@@ -48,11 +50,13 @@ def _run(target: str, subdiv: int, iters: int, warm: bool) -> tuple[list[float],
     fit.terms["chamfer"].warm_start = warm
     times = []
     try:
-        for _ in range(iters):
+        for first in range(0, iters, fit.sync_every):  # a block ends where the fit reads its losses: a wait
+            block = min(fit.sync_every, iters - first)
             start = time.perf_counter()
-            fit.step()
+            for _ in range(block):
+                fit.step()
             ti.sync()
-            times.append(time.perf_counter() - start)
+            times += [(time.perf_counter() - start) / block] * block
         return times, fit.orders(), fit.misses()
     finally:
         fit.destroy()

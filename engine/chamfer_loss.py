@@ -3,7 +3,7 @@
     loss = ChamferLoss(x, faces, target, n_samples=8192, seed=0)   # x: vec3 field (V,), needs_grad
     with tape:
         loss.correspond()          # untaped: refit source BVH, query both directions, index slots
-        loss.record(tape)          # taped: held distances + fixed-order sums into loss.value
+        loss.record(tape)          # taped, one launch: held distances + fixed-order sums into loss.value
     tape.backward(loss.value)      # d loss / d x lands in x.grad
 
 The loss is  mean_i |x_i - t(x_i)|^2  +  mean_j |s_j - p(s_j)|^2 :
@@ -14,7 +14,7 @@ source surface, through a BVH over the source refitted on the device every itera
 (and re-sorted on the host every REBUILD_EVERY iterations, which keeps its boxes tight).
 
 Gradients by the envelope theorem (see engine.kernels.chamfer_terms): the queries run
-untaped and their answers are held; the taped kernels differentiate the squared
+untaped and their answers are held; the taped kernel's adjoint differentiates the squared
 distance to the held point, expressed for (b) as the barycentric combination of the
 held source triangle's corners, so the gradient spreads onto those three vertices by
 barycentric weight. Every sum runs in a fixed order, so one backend gives bit-identical
@@ -25,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 import taichi as ti
 
-from engine.autodiff.grad_kernels import fill_value
 from engine.autodiff.tape import Tape
 from engine.triangle_bvh import TriangleBVH, morton_order
 from engine.errors import UserError
@@ -113,20 +112,20 @@ class ChamferLoss(Loss):
         dtype = x.dtype
         g = self.group = FieldGroup()
         self.faces = g.vector(3, ti.i32, (len(faces),))
-        self.samples = g.vector(3, ti.f32, (n_samples,))
-        # (a) held target point per source vertex; (b) held source face and barycentrics per sample.
-        self.held_point = g.vector(3, ti.f32, (self.n_vertices,))
-        self.query_face = g.field(ti.i32, (self.n_vertices,))  # (a)'s face, bary, dist2: scratch, unused
-        self.query_bary = g.vector(3, ti.f32, (self.n_vertices,))
-        self.query_dist2 = g.field(ti.f32, (max(self.n_vertices, n_samples),))
-        self.held_face = g.field(ti.i32, (n_samples,))
-        self.held_bary = g.vector(3, ti.f32, (n_samples,))
-        self.query_point = g.vector(3, ti.f32, (n_samples,))  # (b)'s closest points: scratch (bary is held)
-        self.corners = g.vector(3, dtype, (n_samples, 3), needs_grad=True)
-        self.terms_a = g.field(dtype, (_padded(self.n_vertices),), needs_grad=True)
-        self.terms_b = g.field(dtype, (_padded(n_samples),), needs_grad=True)
-        self.partial_a = g.field(dtype, (self.terms_a.shape[0] // chamfer_terms.BLOCK,), needs_grad=True)
-        self.partial_b = g.field(dtype, (self.terms_b.shape[0] // chamfer_terms.BLOCK,), needs_grad=True)
+        # The samples and the searches' answers are ndarrays, which the BVH searches read and write in place (no
+        # gather or scatter launches): (a) the held target point per source vertex; (b) the held source face and
+        # barycentrics per sample; the rest is the searches' scratch.
+        vec3 = lambda n: ti.ndarray(ti.math.vec3, (n,))  # noqa: E731
+        self.samples = vec3(n_samples)
+        ints = lambda n: ti.ndarray(ti.i32, (n,))  # noqa: E731
+        self.held_point, self.query_face, self.query_bary = vec3(self.n_vertices), ints(self.n_vertices), vec3(self.n_vertices)
+        self.held_face, self.held_bary, self.query_point = ints(n_samples), vec3(n_samples), vec3(n_samples)
+        self.query_dist2 = ti.ndarray(ti.f32, (max(self.n_vertices, n_samples),))
+        # the per-element terms and block sums (scratch of the fixed-order sums: the adjoint needs no gradient of them)
+        self.terms_a = g.field(dtype, (_padded(self.n_vertices),))
+        self.terms_b = g.field(dtype, (_padded(n_samples),))
+        self.partial_a = g.field(dtype, (self.terms_a.shape[0] // chamfer_terms.BLOCK,))
+        self.partial_b = g.field(dtype, (self.terms_b.shape[0] // chamfer_terms.BLOCK,))
         self.value = g.field(dtype, (), needs_grad=True)
         # vertex -> (sample, corner) slot index for the fixed-order scatter (see engine.kernels.chamfer_terms)
         self.ref_count = g.field(ti.i32, (self.n_vertices,))
@@ -169,14 +168,16 @@ class ChamferLoss(Loss):
         calls = self.correspondences + 1
         if not look:
             self.correspondences = calls
-        if self.rebuild_every and calls % self.rebuild_every == 0:
-            source.rebuild()  # host re-sort: boxes of a tree sorted for the sphere overlap as it deforms
+        resorted = bool(self.rebuild_every and calls % self.rebuild_every == 0)
+        if resorted:
+            source.rebuild()  # re-sort: boxes of a tree sorted for the sphere overlap as it deforms
         else:
             source.refit()
         # warm: each search starts from the face it found last time (the fit moves the mesh a little
-        # per iteration), which bounds it from the start; the same distances, found faster
-        target.query(self.x, self.query_face, self.query_bary, self.held_point, self.query_dist2,
-                     self.n_vertices, warm=self.warm_start)
+        # per iteration), which bounds it from the start; the same distances, found faster. The points are the
+        # source tree's own copy of x, made by its refit; their Morton order is sorted again only when the tree is.
+        target.query(source.mesh_vertices, self.query_face, self.query_bary, self.held_point, self.query_dist2,
+                     self.n_vertices, warm=self.warm_start, resort=resorted)
         source.query(self.samples, self.held_face, self.held_bary, self.query_point, self.query_dist2,
                      self.n_samples, presorted=True, warm=self.warm_start)  # the samples are in Morton order
         self.index_slots()
@@ -203,26 +204,16 @@ class ChamferLoss(Loss):
 
     def index_slots(self) -> None:
         """Untaped: the vertex -> slot index the fixed-order scatter walks (integer atomics: exact)."""
-        n = self.n_samples
-        launch(fill_value, self.ref_count, 0)
-        launch(chamfer_terms.count_refs, self.faces, self.held_face, n, self.ref_count)
-        launch(chamfer_terms.exclusive_scan, self.ref_count, self.ref_start, self.ref_cursor, self.ref_blocks)
-        launch(chamfer_terms.fill_slots, self.faces, self.held_face, n, self.ref_cursor, self.slots)
+        launch(chamfer_terms.index_slots, self.faces, self.held_face, self.n_samples, self.ref_count, self.ref_start,
+               self.ref_cursor, self.ref_blocks, self.slots)
 
     def record(self, tape: Tape) -> None:
-        """Taped: the held squared distances and their fixed-order sums into `self.value`."""
-        with tape.pause():
-            launch(fill_value, self.value, 0)
-        launch(chamfer_terms.held_point_terms, self.x, self.held_point, self.n_vertices, 1.0 / self.n_vertices,
-               self.terms_a, name="chamfer: vertex to held target point")
-        # its adjoint scatters in a fixed order
-        launch(chamfer_terms.gather_corners, self.x, self.faces, self.held_face, self.n_samples, self.corners,
-               self.ref_start, self.slots, name="chamfer: gather held source corners")
-        launch(chamfer_terms.held_face_terms, self.samples, self.corners, self.held_bary, self.n_samples,
-               1.0 / self.n_samples, self.terms_b, name="chamfer: sample to held source triangle")
-        for terms, partial in ((self.terms_a, self.partial_a), (self.terms_b, self.partial_b)):
-            launch(chamfer_terms.block_sums, terms, partial, name="chamfer: block sums")
-            launch(chamfer_terms.serial_total, partial, self.value, name="chamfer: total")
+        """Taped, one launch: the held squared distances and their fixed-order sums into `self.value` (its
+        adjoint, written out, scatters into the vertices in a fixed order)."""
+        launch(chamfer_terms.chamfer_total, self.x, self.held_point, self.n_vertices, 1.0 / self.n_vertices,
+               self.samples, self.faces, self.held_face, self.held_bary, self.n_samples, 1.0 / self.n_samples,
+               self.ref_start, self.slots, self.terms_a, self.terms_b, self.partial_a, self.partial_b, self.value,
+               name="chamfer: held distances and their sums")
 
     def misses(self) -> int:
         """Queries without an answer since the BVHs were built (both directions)."""
@@ -256,7 +247,6 @@ class LaplacianSmoother:
 
     def step(self, lam: float) -> None:
         launch(chamfer_terms.laplacian_step, self.x, self.start, self.neighbours, lam, self.scratch)
-        launch(chamfer_terms.copy_vectors, self.scratch, self.x)
 
     def destroy(self) -> None:
         self.group.destroy()

@@ -9,9 +9,11 @@ are composed but on a tape of launches:
     tape.backward(term.value)  # its gradient lands in the vertices' `.grad`
     term.destroy()             # its fields (and BVHs) freed
 
-`WeightedSum([(w0, t0), (w1, t1), ...])` is itself a `Loss`: sum_k w_k t_k.value, added in the order given, one term
-per launch of one kernel (`engine.kernels.reduce.add_weighted`): no float atomics between terms, so the total and
-its gradient are the same bits every run. A sum of one term of weight 1 is that term bit for bit (0 + 1 * v = v).
+`WeightedSum([(w0, t0), (w1, t1), ...])` is itself a `Loss`: sum_k w_k t_k.value, added in the order given by one
+launch (`engine.kernels.reduce.weighted_sum`): no float atomics between terms, so the total and its gradient are the
+same bits every run. A sum of one term of weight 1 is that term bit for bit (0 + 1 * v = v). With `history=K` it
+also keeps each evaluation's total in a K-slot device array (`record(tape, slot)`), so a loop reads K losses in one
+wait instead of waiting on the device every iteration.
 
 The shape fit builds its terms from `app.scenes.fit_settings.LOSS_TERMS` ("module:Class" rows): each class has a
 classmethod `for_fit(inputs: FitInputs)`. A new term is a module with such a class plus one row in that table.
@@ -23,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+import taichi as ti
 
-from engine.autodiff.grad_kernels import fill_value
 from engine.autodiff.tape import Tape
 from engine.fields import FieldGroup
 from engine.kernels import reduce
@@ -103,25 +105,28 @@ class WeightedSum(Loss):
         >>> loss.destroy(); group.destroy()
     """
 
-    def __init__(self, terms: Sequence[tuple[float, Loss]]):
+    def __init__(self, terms: Sequence[tuple[float, Loss]], history: int = 1):
         if not terms:
             raise ValueError("a weighted sum needs at least one term")
         self.terms = [(float(weight), term) for weight, term in terms]
         self.group = FieldGroup()
         self.value = self.group.field(self.terms[0][1].value.dtype, (), needs_grad=True)
+        self.weights = self.group.field(ti.f64, (len(self.terms),))
+        self.history = self.group.field(self.value.dtype, (max(int(history), 1),))  # totals not yet read: `record`
         self.group.finalize()
+        self.weights.from_numpy(np.array([weight for weight, _ in self.terms], np.float64))
 
     def correspond(self, look: bool = False) -> None:
         for _, term in self.terms:
             term.correspond(look)
 
-    def record(self, tape: Tape) -> None:
+    def record(self, tape: Tape, slot: int = -1) -> None:
+        """Taped: the terms, then their weighted sum into `value`; with `slot` >= 0 the total also goes into
+        `history[slot]` (on the device: read it later, many slots in one wait)."""
         for _, term in self.terms:
             term.record(tape)
-        with tape.pause():
-            launch(fill_value, self.value, 0)
-        for weight, term in self.terms:
-            launch(reduce.add_weighted, term.value, weight, self.value, name="loss: weighted sum")
+        launch(reduce.weighted_sum, tuple(term.value for _, term in self.terms), self.weights, self.value,
+               self.history, slot, name="loss: weighted sum")
 
     def restart_at_current_vertices(self) -> None:
         for _, term in self.terms:

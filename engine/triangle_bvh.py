@@ -161,9 +161,8 @@ class _Batch:
         self.points, self.bary, self.point = new(3, np.float32), new(3, np.float32), new(3, np.float32)
         self.face, self.dist2 = new(1, np.int32), new(1, np.float32)
         self.perm = ti.ndarray(ti.i32, (capacity,))
-        self.hint = new(1, np.int32)  # each point's warm-start slot (`query(warm=True)`), else unused
         self.counts = np.zeros(2, np.int32)  # misses and overflows of one `closest_points` call
-        self.searches: dict[tuple, BoundLaunch] = {}  # the query kernel's bindings on these arrays (`_search`)
+        self.sorted_for: tuple[int, int] | None = None  # (id of the points, n) `perm` was last sorted for
 
     def results(self, n: int) -> dict[str, np.ndarray]:
         """Copies of a host batch's first n answers (the next call writes over the batch)."""
@@ -313,6 +312,7 @@ class TriangleBVH:
         self._batches: dict[tuple[int, bool], _Batch] = {}
         self._host_last: tuple[int, _Batch | None] = (0, None)  # `closest_points`' last size and its batch
         self._bindings: dict[tuple, tuple[BoundLaunch, list[int]]] = {}
+        self._searches: dict[tuple, BoundLaunch] = {}  # the query kernel's bindings (`_search`)
         self._host_counts = np.zeros(2, np.int64)  # misses and overflows of `closest_points` calls
 
     def _launch(self, kernel, *args) -> None:
@@ -373,27 +373,41 @@ class TriangleBVH:
                 self._launch(kernels.refit_level, self.nodes, self.node_bound, 0, level_start(level + 1), True)
 
     def query(self, points, out_face, out_bary, out_point, out_dist2, n: int, presorted: bool = False,
-              warm: bool = False) -> None:
-        """Closest point on the mesh for points[0:n], written to the out_* fields (no host copy; see module docstring).
+              warm: bool = False, resort: bool = True) -> None:
+        """Closest point on the mesh for points[0:n], written to the out_* buffers (no host copy; see module docstring).
 
         Args:
-            points: vec3 f32 field (>= n,). out_face: i32 field, the face index (-1 for a NaN point).
+            points: vec3 f32 field or ndarray (>= n,). out_face: i32, the face index (-1 for a NaN point).
             out_bary: vec3 f32, weights of the face's corners in `faces` order. out_point: vec3 f32,
             the closest point. out_dist2: f32, its squared distance (inf for a NaN point). n: points used.
             presorted: the points are already in a spatial order (e.g. `morton_order`): not sorted again.
             warm: out_face[:n] holds an earlier answer for each point (any face index; one outside the
             mesh, e.g. -1, is ignored): each search tests that face first.
-        The points are gathered into the tree's array, searched (in Morton order from SORT_MIN points
-        on, unless `presorted`) and the answers scattered to the caller's fields.
+            resort: with False, a batch that is sorted (SORT_MIN points or more, not `presorted`) is searched in the
+            order of the last sort of these points instead of a new one (five launches fewer; an iterative fit that
+            moves its points a little each time sorts again when it rebuilds its tree). The answers are the same.
+        The searches read and write ndarrays in place (one launch for the search); fields are first gathered into
+        the tree's own arrays and the answers scattered back to them (a launch each). The points are searched in
+        Morton order from SORT_MIN points on, unless `presorted`.
         Misses and stack overflows are counted in `counters()`; untaped (call under `tape.pause()`)."""
         batch = self._batch(n, host=False)
         serial = n <= SERIAL_COPY_MAX
-        self._launch(kernels.gather_points, points, n, batch.points, serial)
-        if warm:
-            self._launch(kernels.gather_hints, out_face, n, self.face_slot, batch.hint, serial)
-        self._search(batch, n, self.counter, sort=not presorted and n >= SORT_MIN, warm=warm)
-        self._launch(kernels.scatter_results, batch.face, batch.bary, batch.point, batch.dist2, n, out_face, out_bary,
-                     out_point, out_dist2, serial)
+        if not isinstance(points, ti.Ndarray):
+            self._launch(kernels.gather_points, points, n, batch.points, serial)
+            points = batch.points
+        outs = (out_face, out_bary, out_point, out_dist2)
+        in_place = all(isinstance(out, ti.Ndarray) for out in outs)
+        if not in_place:
+            if warm:
+                self._launch(kernels.gather_faces, out_face, n, batch.face, serial)
+            outs = (batch.face, batch.bary, batch.point, batch.dist2)
+        sort = not presorted and n >= SORT_MIN
+        if sort and (resort or batch.sorted_for != (id(points), n)):
+            _Ordering.get().sort(points, n, batch.perm, self._launch)
+            batch.sorted_for = (id(points), n)
+        self._search(points, n, batch.perm, sort, outs, self.counter, warm)
+        if not in_place:
+            self._launch(kernels.scatter_results, *outs, n, out_face, out_bary, out_point, out_dist2, serial)
 
     def closest_points(self, points: np.ndarray) -> dict[str, np.ndarray]:
         """Numpy convenience for `query` (on the CPU the kernel reads and writes numpy in place).
@@ -409,7 +423,10 @@ class TriangleBVH:
             self._host_last = (n, batch)
         batch.points[:n] = points  # converted to float32 here
         counts = batch.counts  # zero between calls: a call that counted something adds it to the tree's and clears
-        self._search(batch, n, counts, sort=n >= SORT_MIN)
+        sort = n >= SORT_MIN
+        if sort:
+            _Ordering.get().sort(batch.points, n, batch.perm, self._launch)
+        self._search(batch.points, n, batch.perm, sort, (batch.face, batch.bary, batch.point, batch.dist2), counts)
         if counts[kernels.MISSES] or counts[kernels.OVERFLOWS]:
             self._host_counts += counts
             overflows = int(counts[kernels.OVERFLOWS])
@@ -425,22 +442,20 @@ class TriangleBVH:
             batch = self._batches[capacity, host] = _Batch(capacity, host)
         return batch
 
-    def _search(self, batch: _Batch, n: int, counts, sort: bool, warm: bool = False) -> None:
-        """The query kernel on batch.points[:n], in Morton order if `sort`, seeded from batch.hint if
-        `warm`. Its binding is kept per batch, counter array, order, serial and warm flags (the rest
-        are the tree's own arrays and sizes), so a call rewrites at most `n`: `_launch`'s general
-        key would cost more than a one-point search."""
-        if sort:
-            _Ordering.get().sort(batch.points, n, batch.perm, self._launch)
+    def _search(self, points, n: int, perm, permuted: bool, outs: tuple, counts, warm: bool = False) -> None:
+        """The query kernel on points[:n] (arrays), in the order `perm` holds if `permuted`, the answers into `outs`
+        (face, bary, point, dist2 arrays), seeded from outs' faces if `warm`. Its binding is kept per set of arrays,
+        counter, order, serial and warm flags (the rest are the tree's own arrays and sizes; the binding keeps the
+        arrays alive, so their ids stay theirs), so a call rewrites at most `n`: `_launch`'s general key would cost
+        more than a one-point search."""
         serial = n <= SERIAL_MAX
-        key = (counts is self.counter, sort, serial, warm)
-        bound = batch.searches.get(key)
+        key = (id(points), *map(id, outs), id(perm), permuted, id(counts), serial, warm)
+        bound = self._searches.get(key)
         if bound is None:
-            bound = batch.searches[key] = bind(
-                kernels.closest_point_query, batch.points, n, *_query_shape(n, serial), batch.perm, int(sort),
+            bound = self._searches[key] = bind(
+                kernels.closest_point_query, points, n, *_query_shape(n, serial), perm, int(permuted),
                 self.corner_packets, self.bound_packets, self.leaf_start, self.width, self.nodes, self.order,
-                self.depth, batch.face, batch.bary, batch.point, batch.dist2, counts, self.stack_size, serial,
-                batch.hint, warm)
+                self.depth, *outs, counts, self.stack_size, serial, self.face_slot, warm)
         elif bound.args[1] != n:
             for position, value in enumerate((n, *_query_shape(n, serial)), start=1):
                 bound.set(position, value)
@@ -477,6 +492,7 @@ class TriangleBVH:
         self._batches.clear()
         self._host_last = (0, None)
         self._bindings.clear()
+        self._searches.clear()
         for name in ("mesh_vertices", "mesh_faces", "tree_faces", "order", "face_slot", "centroids", "leaf_start",
                      "corner_packets", "bound_packets", "node_bound", "nodes", "counter"):
             setattr(self, name, None)

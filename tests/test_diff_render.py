@@ -43,7 +43,7 @@ def test_every_custom_adjoint_is_declared_beside_its_forward_and_named_after_it(
     import engine.kernels.straight_through  # noqa: F401
 
     pairs = custom_adjoints()
-    for forward in ("gather_corners", "broadcast_rows", "sum_into", "image_loss_terms", "soft_min_layers",
+    for forward in ("chamfer_total", "broadcast_rows", "sum_into", "image_loss_terms", "soft_min_layers",
                     "substitute_image"):
         assert pairs.get(forward) == f"{forward}_adjoint", pairs
     from engine.kernels import image_loss, reduce, softmin

@@ -135,7 +135,7 @@ def test_a_fit_with_the_edge_term_records_both_and_falls(ti_cpu):
         fit.step()
     names = [entry.name for entry in fit.tape.entries]
     assert list(fit.terms) == ["chamfer", "edge"] and fit.weights == {"chamfer": 1.0, "edge": 0.1}
-    assert "edge: mean" in names and names.count("loss: weighted sum") == 2
+    assert "edge: mean" in names and names.count("loss: weighted sum") == 1  # one launch adds every term
     assert fit.losses[-1] < 0.7 * fit.losses[0], fit.losses
     fit.destroy()
 

@@ -2,9 +2,9 @@
 launch layer, the tape and Taichi's host-facing calls; a fit's counts are the measured integers, run after run, and
 fit.json records them (`launches_per_iteration`, `host_syncs_per_iteration`).
 
-The shape fit's figures below were measured on 2026-12-02 (cpu; the counts are the same on every backend: they
-count calls, not time). Issue 29 item 3 means to cut them (0 host syncs outside every K-th iteration, a third of
-the launches): when it does, these numbers change with it, on purpose."""
+The shape fit's figures below were measured on 2026-12-05 (cpu; the counts are the same on every backend: they
+count calls, not time), after issue 29 item 3 cut them: no host sync outside every SYNC_EVERY-th iteration, 13
+launches where there were 41-50."""
 from __future__ import annotations
 
 import json
@@ -15,33 +15,38 @@ import taichi as ti
 from engine import dispatch, launch as launch_module
 from engine.host_costs import IterationCosts, count_host_costs
 
-# one steady iteration of ShapeFit("spot", subdiv=2) (ShapeFit.step: correspond, taped Chamfer terms, their weighted
-# sum, backward, Adam, smoothing): 44 kernels (11 of them the tape's gradient fills; the sum of one term: its zeroing,
-# its add and that add's adjoint) + 1 Taichi call (reading the loss) = 45 launches;
-# 1 host sync: the loss read, `float(self.loss.value[None])` in ShapeFit.evaluate
-FIT_LAUNCHES, FIT_KERNELS, FIT_SYNCS = 45, 44, 1
+# one steady iteration of ShapeFit("spot", subdiv=2) (ShapeFit.step): the tape's one launch zeroing every gradient,
+# the source tree's vertex copy and refit, the two searches (in place: no gathers or scatters; the target search's
+# Morton order kept between re-sorts), the slot index, the taped Chamfer total and the weighted sum, the seed of
+# d loss, their two adjoints, Adam, the smoothing step: 13 kernels, no data op; no host sync. Every SYNC_EVERY-th
+# step also reads the losses: 1 Taichi call (`to_numpy` of the loss history) and 1 sync. When issue 29 was filed an
+# iteration was 41 launches at subdivision 2 and 46 at 4 (45 and 50 before this cut), with a sync every iteration.
+FIT_LAUNCHES, FIT_KERNELS, FIT_SYNCS = 13, 13, 0
+FILED_LAUNCHES = {2: 41, 4: 46}  # issue 29's goal: at most a third of these
 
-def _loss_read_line() -> int:
+
+def _read_line() -> int:
     from pathlib import Path
 
     lines = (Path(__file__).resolve().parents[1] / "app" / "scenes" / "shape_fit.py").read_text().splitlines()
-    return 1 + next(i for i, line in enumerate(lines) if "float(self.loss.value[None])" in line)
+    return 1 + next(i for i, line in enumerate(lines) if "self.loss.history.to_numpy()" in line)
 
 
-FIT_SYNC_SITES = {f"app/scenes/shape_fit.py:{_loss_read_line()} field element read": 1}
+READ_SYNC_SITES = {f"app/scenes/shape_fit.py:{_read_line()} field.to_numpy": 1}
 
 
-def _fit_counts(iterations: int) -> list[tuple[int, int, int]]:
+def _fit_counts(iterations: int, subdiv: int = 2) -> tuple[list[tuple[int, int, int]], list]:
     from app.scenes.shape_fit import ShapeFit
 
-    fit = ShapeFit("spot", subdiv=2)
+    fit = ShapeFit("spot", subdiv=subdiv)
     try:
-        rows = []
+        rows, sites = [], []
         for _ in range(iterations):
             with count_host_costs() as costs:
                 fit.step()
             rows.append((costs.launches, costs.kernels, costs.host_syncs))
-        return rows
+            sites.append(dict(costs.sync_sites))
+        return rows, sites
     finally:
         fit.destroy()
 
@@ -94,10 +99,22 @@ def test_counting_leaves_nothing_wrapped():
 
 
 def test_a_fit_iteration_costs_the_measured_counts_run_after_run(ti_cpu):
-    first, second = _fit_counts(12), _fit_counts(12)
+    from app.scenes.fit_settings import SYNC_EVERY
+
+    (first, sites), (second, _) = _fit_counts(2 * SYNC_EVERY + 2), _fit_counts(2 * SYNC_EVERY + 2)
     assert first == second  # stable: the same counts, iteration by iteration, in a fresh fit
     assert first[0][0] > FIT_LAUNCHES  # the first iteration uploads the target and builds the BVH's buffers
-    assert first[1:] == [(FIT_LAUNCHES, FIT_KERNELS, FIT_SYNCS)] * 11
+    for i, row in enumerate(first[1:], start=1):
+        if (i + 1) % SYNC_EVERY:  # an iteration queues launches and waits for nothing
+            assert row == (FIT_LAUNCHES, FIT_KERNELS, 0), i
+        else:  # every SYNC_EVERY-th reads the losses of the last SYNC_EVERY in one wait
+            assert row == (FIT_LAUNCHES + 1, FIT_KERNELS, 1) and sites[i] == READ_SYNC_SITES, i
+
+
+def test_a_fit_iteration_launches_a_third_of_what_it_did_when_issue_29_was_filed(ti_cpu):
+    for subdiv, filed in FILED_LAUNCHES.items():
+        rows, _ = _fit_counts(3, subdiv)
+        assert rows[1:] == [(FIT_LAUNCHES, FIT_KERNELS, 0)] * 2 and FIT_LAUNCHES <= filed / 3, subdiv
 
 
 def test_fit_json_records_the_counts(ti_cpu, tmp_path):
@@ -109,9 +126,12 @@ def test_fit_json_records_the_counts(ti_cpu, tmp_path):
     assert record["launches_per_iteration"] == FIT_LAUNCHES and record["host_syncs_per_iteration"] == FIT_SYNCS
     costs = record["host_costs"]
     assert costs["iterations_counted"] == 11  # the first 10, then every 10th: 0-9 and 10
-    assert costs["launches"][str(FIT_LAUNCHES)] == 10 and costs["host_syncs"] == {"1": 10, "8": 1}
-    assert costs["typical_iteration"]["sync_sites"] == FIT_SYNC_SITES
-    assert result.record["launches_per_iteration"] == FIT_LAUNCHES
+    # iteration 0 sets up; 9 reads the losses of 0-9 (sync_every 10)
+    assert costs["launches"] == {str(FIT_LAUNCHES): 9, str(FIT_LAUNCHES + 1): 1, "45": 1}
+    assert costs["host_syncs"] == {"0": 9, "1": 1, "7": 1}
+    assert costs["typical_iteration"]["sync_sites"] == {}
+    assert result.record["launches_per_iteration"] == FIT_LAUNCHES and record["sync_every"] == 10
+    assert len(record["losses"]) == 12  # the last two read after the loop
     FitSettings.from_record(record)  # `fit --config fit.json` still reads it
 
 

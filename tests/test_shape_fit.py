@@ -19,7 +19,8 @@ def test_short_fit_lowers_the_loss(ti_cpu):
     assert fit.iteration == 25 and len(fit.losses) == 25
     assert fit.losses[-1] < 0.2 * fit.losses[0]
     assert fit.orders() > 0.7 and fit.misses() == 0
-    assert [entry.name for entry in fit.tape.entries][-2:] == ["chamfer: total", "loss: weighted sum"]
+    assert [entry.name for entry in fit.tape.entries] == ["chamfer: closest points (BVH, untaped)",
+                                                          "chamfer: held distances and their sums", "loss: weighted sum"]
     assert fit.vertices().shape == (42, 3) and fit.faces.shape == (80, 3)
     fit.destroy()
 
@@ -152,3 +153,37 @@ def test_looking_at_the_gradient_does_not_change_the_fit(ti_cpu):
     assert looked.losses == plain.losses
     plain.destroy()
     looked.destroy()
+
+
+def test_the_losses_are_read_every_sync_every_steps_and_a_divergence_is_found_at_its_iteration(ti_cpu):
+    """Reading the losses every K steps (one wait for K) changes when the host learns them, not what they are: the
+    same losses as reading every step, and a diverging fit stops naming the same first non-finite iteration."""
+    from app.scenes.shape_fit import FitDiverged
+
+    def run(sync_every: int, lr: float, steps: int):
+        fit = ShapeFit("blob", subdiv=1, lr=lr, smooth=0.1, n_samples=256, sync_every=sync_every)
+        try:
+            for i in range(steps):
+                fit.step()
+                assert len(fit.losses_read) == (i + 1) // sync_every * sync_every and fit.iteration == i + 1
+            return list(fit.losses), None
+        except FitDiverged as exc:
+            return list(fit.losses_read), exc
+        finally:
+            fit.destroy()
+
+    every, ended = run(1, 0.02, 9)
+    assert ended is None and run(4, 0.02, 9) == (every, None)  # 8 read by the steps, the 9th by `losses`
+    every, ended = run(1, 1e30, 12)
+    batched, ended_batched = run(5, 1e30, 12)
+    assert ended is not None and ended_batched is not None, "lr 1e30 diverges within 12 steps"
+    assert ended_batched.iteration == ended.iteration and batched == every == every[:ended.iteration]
+    assert ended_batched.loss != ended_batched.loss or abs(ended_batched.loss) == float("inf")
+
+
+def test_sync_every_is_checked_like_its_flag():
+    from engine.errors import UserError
+
+    for bad in (0, -1, 1.5, True, 10_001):
+        with pytest.raises(UserError, match="--sync-every must be an integer in 1..10,000"):
+            ShapeFit("blob", subdiv=0, sync_every=bad)

@@ -18,9 +18,10 @@ def test_a_batch_profiles_its_first_step_only(ti_cpu):
     # every launch of the profiled step was timed both ways (an untimed one would read 0 here)
     assert (batch["tape_forward_s"] > 0).all() and (batch["tape_backward_s"] > 0).all()
     assert services._fit.tape.profile  # left on for evaluations outside a batch
-    # the batch's second step, unprofiled, was counted: the fit's steady iteration (docs/RESULTS.md, host costs)
-    assert int(batch["host_iteration"]) == 3 and int(batch["host_launches"]) > int(batch["host_kernels"]) > 0
-    assert int(batch["host_syncs"]) == 1 and list(batch["host_sync_sites"])[0].startswith("app/scenes/shape_fit.py:")
+    # the batch's second step, unprofiled, was counted: the fit's steady iteration (docs/RESULTS.md, host costs):
+    # kernel launches only, no wait on the device (the fit reads its losses every sync_every-th step, the batch once)
+    assert int(batch["host_iteration"]) == 3 and int(batch["host_launches"]) == int(batch["host_kernels"]) == 13
+    assert int(batch["host_syncs"]) == 0 and len(batch["host_sync_sites"]) == 0
     from app.ui.controller import Controller
     from app.ui.panels.tape_panel import host_line
     from app.ui.state import AppState
@@ -29,11 +30,8 @@ def test_a_batch_profiles_its_first_step_only(ti_cpu):
     controller = Controller.__new__(Controller)
     controller._fit_started = None
     controller._fit_snapshot(state, batch)
-    assert state.tape.host_syncs == 1 and state.tape.host_iteration == 3
-    assert host_line(state.tape) == (f"host costs (iteration 3, untimed): {int(batch['host_launches'])} launches "
-                                     f"({int(batch['host_kernels'])} kernels, "
-                                     f"{int(batch['host_launches']) - int(batch['host_kernels'])} Taichi calls), "
-                                     "1 host sync")
+    assert state.tape.host_syncs == 0 and state.tape.host_iteration == 3
+    assert host_line(state.tape) == "host costs (iteration 3, untimed): 13 launches (13 kernels, 0 Taichi calls), 0 host syncs"
     assert services.fit_gradient()["grad"].shape == (42, 3)  # the subdivision-1 icosphere's vertices
     done = services.fit_run(max_steps=3, budget_s=10.0, until=5)  # already there: no step, no tape record
     assert len(done["losses"]) == 0 and int(done["iteration"]) == 5 and "tape_iteration" not in done

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from app.flags import add_arch_argument
 from app.scenes.fit_settings import (LOSS_TERMS, MAX_SUBDIV, MESH_FORMATS, RECOMMENDED_ITERS, RECOMMENDED_LR,
-                                     RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END, TARGETS, FitSettings)
+                                     RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END, SYNC_EVERY, TARGETS, FitSettings)
 from engine.errors import Interrupted, UserError
 
 
@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="target surface samples (default: max(4096, 2 F))")
     how.add_argument("--seed", type=int, default=None, metavar="S",
                      help="seed of the target samples, 0..2^32-1 (default 0)")
+    how.add_argument("--sync-every", type=int, default=None, metavar="K",
+                     help=f"read the losses from the device every K iterations, in one wait; the loss and divergence "
+                          f"checks run then (default {SYNC_EVERY})")
     terms = parser.add_argument_group("loss terms", "the loss is the weighted sum of these terms (weight 0: off)")
     for term in LOSS_TERMS:
         terms.add_argument(f"--{term.name}-weight", type=float, default=None, metavar="W",
@@ -64,8 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="also write progress.mp4, a preview of the mesh as it fits")
 
 
-SETTING_FLAGS = ("target", "subdiv", "iterations", "lr", "samples", "seed", "dump_every", "mesh_format", "video",
-                 "arch")  # FitSettings fields set by the flag of the same name (None: not given)
+SETTING_FLAGS = ("target", "subdiv", "iterations", "lr", "samples", "seed", "sync_every", "dump_every", "mesh_format",
+                 "video", "arch")  # FitSettings fields set by the flag of the same name (None: not given)
 
 
 def settings_from(args: argparse.Namespace) -> FitSettings:

@@ -131,7 +131,8 @@ def _run(settings: FitSettings, out: Path, stop: StopFlag) -> FitResult:
 
     running = backend.init(settings.arch)
     fit = ShapeFit(settings.target, settings.subdiv, settings.lr, settings.smooth, settings.seed, settings.samples,
-                   smooth_end=settings.smooth_end, schedule_iters=settings.iterations, losses=settings.weights)
+                   smooth_end=settings.smooth_end, schedule_iters=settings.iterations, losses=settings.weights,
+                   sync_every=settings.sync_every)
     try:
         costs = IterationCosts()  # launches and host syncs per iteration (engine.host_costs)
         started = time.perf_counter()
@@ -146,7 +147,8 @@ def _run(settings: FitSettings, out: Path, stop: StopFlag) -> FitResult:
             "backend": running.as_record(), "subdiv": settings.subdiv, "vertices": fit.x.shape[0],
             "iterations": settings.iterations, "iterations_done": fit.iteration, "lr": settings.lr,
             "smooth": settings.smooth, "smooth_end": fit.smooth_end, "weights": fit.weights, "samples": fit.n_samples,
-            "seed": settings.seed, "dump_every": settings.dump_every, "mesh_format": settings.mesh_format,
+            "seed": settings.seed, "sync_every": settings.sync_every, "dump_every": settings.dump_every,
+            "mesh_format": settings.mesh_format,
             "video": settings.video, "wall_s": round(wall, 3), "orders": fit.orders(), "misses": fit.misses(),
             "final_loss": _finite(final), "diverged": diverged_at is not None, "diverged_at": diverged_at,
             "divergence": why or None, "interrupted": status == "interrupted", "signal": stop.signal_name or None,
@@ -177,18 +179,25 @@ def _iterations(fit, settings: FitSettings, out: Path, stop: StopFlag, costs) ->
         if settings.video and i % every == 0:
             previews.append((i, _preview(fit, ghost)))
 
-    def step(i: int) -> str:
+    def checked(read) -> None:  # the losses read since the last check: NaN, infinite or grown too far ends the run
+        seen = len(fit.losses_read)
         try:
-            with costs.iteration(i):
-                loss = fit.step()
+            read()
         except FitDiverged as exc:
             raise _Diverged(exc.iteration, f"the loss became {exc.loss}", finite=False) from None
-        if loss > GROWTH_LIMIT * fit.losses[0]:
-            raise _Diverged(i, f"the loss grew to {loss / fit.losses[0]:.3g} times its first value", finite=True)
-        return f"loss {loss:.3e}"
+        losses = fit.losses_read
+        for k in range(seen, len(losses)):
+            if losses[k] > GROWTH_LIMIT * losses[0]:
+                raise _Diverged(k, f"the loss grew to {losses[k] / losses[0]:.3g} times its first value", finite=True)
+
+    def step(i: int) -> str:
+        with costs.iteration(i):
+            checked(fit.step)  # the losses are read (and checked) every sync_every-th step
+        return f"loss {fit.losses_read[-1]:.3e}" if fit.losses_read else "loss not read yet"
 
     try:
         iterate(step, settings.iterations, desc=f"fit {fit.target.name}", stop=stop, on_frame=frame)
+        checked(fit.read_losses)  # the last steps' losses
     except _Diverged as exc:
         return files, previews, exc
     return files, previews, None

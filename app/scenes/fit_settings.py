@@ -36,6 +36,10 @@ MAX_ITERS = 1_000_000
 MAX_SAMPLES = 10_000_000  # target surface samples: ~100 bytes each on the device
 MAX_SEED = 2**32 - 1
 MESH_FORMATS = ("obj", "ply", "stl", "glb")  # what a fitted mesh can be written as (engine.mesh_io.write_mesh)
+# The fit reads its losses from the device every SYNC_EVERY iterations, in one wait (app.scenes.shape_fit): between
+# reads an iteration only queues launches, so a GPU never idles on the host (issue 29)
+SYNC_EVERY = 10
+MAX_SYNC_EVERY = 10_000  # the losses not yet read live in a device array of this many slots at most
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ class FitSettings:
     dump_every: int = 0
     mesh_format: str = "obj"
     video: bool = False
+    sync_every: int = SYNC_EVERY
     arch: str | None = None
     weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
 
@@ -92,11 +97,12 @@ class FitSettings:
         """Raise `UserError` (naming the flag) for settings no fit can run with; return self."""
         check_subdiv_lr_smooth(self.subdiv, self.lr, self.smooth, self.smooth_end)
         check_weights(self.weights)
-        _check_int("--iters", self.iterations, 1, MAX_ITERS)
-        _check_int("--seed", self.seed, 0, MAX_SEED)
-        _check_int("--dump-every", self.dump_every, 0, MAX_ITERS)
+        check_int("--iters", self.iterations, 1, MAX_ITERS)
+        check_int("--seed", self.seed, 0, MAX_SEED)
+        check_int("--dump-every", self.dump_every, 0, MAX_ITERS)
+        check_int("--sync-every", self.sync_every, 1, MAX_SYNC_EVERY)
         if self.samples is not None:
-            _check_int("--samples", self.samples, 1, MAX_SAMPLES)
+            check_int("--samples", self.samples, 1, MAX_SAMPLES)
         if self.mesh_format not in MESH_FORMATS:
             raise UserError(f"--mesh-format must be one of {', '.join(MESH_FORMATS)}, got {self.mesh_format!r}")
         if not isinstance(self.target, str) or not self.target.strip():
@@ -173,6 +179,7 @@ RECORD_SETTINGS = {
     "mesh_format": ("--mesh-format", f"one of {', '.join(MESH_FORMATS)}", lambda v: isinstance(v, str) and
                     v in MESH_FORMATS),
     "video": ("--video", "true or false", lambda v: isinstance(v, bool)),
+    "sync_every": ("--sync-every", f"an integer in 1..{MAX_SYNC_EVERY:,}", _int_in(1, MAX_SYNC_EVERY)),
     "arch": ("--arch", f"one of {', '.join(ARCH_CHOICES)} or null", _arch_or_none),  # read where no "backend" is
     "weights": (WEIGHT_FLAGS, f"an object of loss weights (numbers >= 0) named {', '.join(DEFAULT_WEIGHTS)}",
                 lambda v: isinstance(v, dict) and set(v) <= set(DEFAULT_WEIGHTS) and all(map(_weight_ok, v.values()))),
@@ -184,7 +191,8 @@ RECORD_RESULTS = ("status", "target_name", "backend", "vertices", "iterations_do
 RECORD_KEYS = frozenset(RECORD_SETTINGS) | frozenset(RECORD_RESULTS)
 
 
-def _check_int(flag: str, value, lo: int, hi: int) -> None:
+def check_int(flag: str, value, lo: int, hi: int) -> None:
+    """UserError naming `flag` unless `value` is an integer (not a bool) in lo..hi."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not lo <= value <= hi:
         raise UserError(f"{flag} must be an integer in {lo}..{hi:,}, got {value!r}")
 

@@ -6,8 +6,8 @@ The reusable loop the CLI, the headless claims and the GUI drive:
     fit = ShapeFit("blub", subdiv=4, lr=0.01, smooth=0.2, smooth_end=None)   # a constant smoothing step
     fit = ShapeFit("spot", losses={"chamfer": 1.0, "edge": 0.5})   # a weighted sum of loss terms
     for _ in range(400):
-        loss = fit.step()          # one iteration; returns the loss before the update
-    fit.losses                     # every loss so far (list of float)
+        fit.step()                 # one iteration; it waits on the device only every `sync_every`-th
+    fit.losses                     # every loss so far (list of float; reads the ones not yet read)
     fit.vertices(), fit.faces      # current mesh, in the target's normalised frame
     fit.target                     # engine.mesh_io.Mesh (normalised) the fit chases
     fit.tape.entries               # the last iteration's launches (tape inspector)
@@ -30,7 +30,11 @@ Targets: `blob` and `torus` (engine.meshgen), `spot`, `blub`, `penguin` (assets/
 or any OBJ/PLY/STL/OFF/GLB path; every target is normalised into [-1, 1]^3 and the
 source starts as the unit icosphere.
 
-A fit whose loss becomes NaN or infinite raises `FitDiverged` (a `UserError`) from `step`.
+The host reads the losses every `sync_every` iterations (default SYNC_EVERY), many in one wait: between reads
+an iteration only queues launches and each loss goes into a device array (`WeightedSum.history`), so a GPU never
+idles waiting for the host (issue 29). `fit.losses` reads what is not read yet; `fit.losses_read` does not wait.
+A fit whose loss becomes NaN or infinite raises `FitDiverged` (a `UserError`) from the read that finds it (a
+`step` every `sync_every`-th, `losses`, `read_losses`), naming the first such iteration.
 A whole run with its files (the `fit` command, and `run_fit` for scripts): `app.scenes.fit_run`.
 """
 from __future__ import annotations
@@ -42,9 +46,9 @@ from typing import Mapping
 import numpy as np
 import taichi as ti
 
-from app.scenes.fit_settings import (ASSETS, DEFAULT_WEIGHTS, LOSS_TERMS, RECOMMENDED_ITERS, RECOMMENDED_LR,
-                                     RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END, REAL_TARGETS, TARGETS,
-                                     check_subdiv_lr_smooth, check_weights)
+from app.scenes.fit_settings import (ASSETS, DEFAULT_WEIGHTS, LOSS_TERMS, MAX_SYNC_EVERY, RECOMMENDED_ITERS,
+                                     RECOMMENDED_LR, RECOMMENDED_SMOOTH, RECOMMENDED_SMOOTH_END, REAL_TARGETS,
+                                     SYNC_EVERY, TARGETS, check_int, check_subdiv_lr_smooth, check_weights)
 from engine import backend
 from engine.autodiff.tape import Tape
 from engine.chamfer_loss import LaplacianSmoother
@@ -103,17 +107,19 @@ class ShapeFit:
         profile: time every launch on the tape (`self.tape.entries`), for the tape inspector.
         losses: loss term -> weight (terms: app.scenes.fit_settings.LOSS_TERMS; a term not named is not
             built); default: each term's default weight, Chamfer alone.
+        sync_every: read the losses from the device every this many steps, in one wait (1: every step).
 
     Attributes:
         x: the vertices, a Taichi vec3 float32 field (V,) with `needs_grad`; `x.grad` holds the last
-            gradient. faces (np.ndarray): (F, 3) int. losses (list[float]): every loss so far.
+            gradient. faces (np.ndarray): (F, 3) int. losses (list[float]): every loss so far (reading the
+            ones not read yet: one wait); losses_read: those read, without waiting.
         target (engine.mesh_io.Mesh): the normalised target. tape: the last iteration's launches.
         loss (engine.fit_loss.WeightedSum): the loss, `loss.value` its 0-d field; terms (dict): each term
         built (weight > 0) by name; weights (dict): every term's weight, in the table's order.
 
     Raises:
         UserError: a bad setting (named as the `fit` flag), an unknown target or an unreadable mesh
-            file; `FitDiverged` (a UserError) from `step` when the loss becomes NaN or infinite.
+            file; `FitDiverged` (a UserError) from the read of a loss that is NaN or infinite.
 
     A whole program: examples/fit_sphere_to_mesh.py.
 
@@ -121,19 +127,20 @@ class ShapeFit:
         >>> from engine import backend
         >>> _ = backend.init("cpu")
         >>> fit = ShapeFit("spot", subdiv=3)
-        >>> first = fit.step()                      # one iteration; returns the loss before the update
-        >>> for _ in range(29):
-        ...     _ = fit.step()
-        >>> fit.iteration, fit.vertices().shape, fit.orders() > 1.0, fit.misses()
-        (30, (642, 3), True, 0)
+        >>> for _ in range(30):
+        ...     fit.step()                          # one iteration; a wait on the device every 10th
+        >>> fit.iteration, len(fit.losses), fit.vertices().shape, fit.orders() > 1.0, fit.misses()
+        (30, 30, (642, 3), True, 0)
         >>> fit.destroy()
     """
 
     def __init__(self, target: str | Path, subdiv: int = 3, lr: float = RECOMMENDED_LR, smooth: float = RECOMMENDED_SMOOTH,
                  seed: int = 0, n_samples: int | None = None, profile: bool = False,
                  smooth_end: float | None = RECOMMENDED_SMOOTH_END, schedule_iters: int = RECOMMENDED_ITERS,
-                 losses: Mapping[str, float] | None = None):
+                 losses: Mapping[str, float] | None = None, sync_every: int = SYNC_EVERY):
         check_subdiv_lr_smooth(subdiv, lr, smooth, smooth_end)
+        check_int("--sync-every", sync_every, 1, MAX_SYNC_EVERY)
+        self.sync_every = int(sync_every)
         losses = DEFAULT_WEIGHTS if losses is None else losses
         check_weights(losses)
         self.weights = {term.name: float(losses.get(term.name, 0.0)) for term in LOSS_TERMS}
@@ -153,42 +160,65 @@ class ShapeFit:
         for term in LOSS_TERMS:  # the table's order is the sum's: the same weights give the same bits
             if self.weights[term.name] > 0:
                 self.terms[term.name] = build_term(term.loss, inputs)
-        self.loss = WeightedSum([(self.weights[name], loss) for name, loss in self.terms.items()])
+        self.loss = WeightedSum([(self.weights[name], loss) for name, loss in self.terms.items()],
+                                history=self.sync_every)
         self.optimiser = Adam([self.x], lr=lr)
         self.smoother = LaplacianSmoother(self.x, self.faces) if max(smooth, self.smooth_end) > 0 else None
         self.tape = Tape(profile=profile)
-        self.losses: list[float] = []
+        self.losses_read: list[float] = []  # the losses of the first steps, read from the device
+        self._unread = 0  # steps since the last read: their losses are in self.loss.history[:_unread]
 
     @property
     def iteration(self) -> int:
-        return len(self.losses)
+        return len(self.losses_read) + self._unread
+
+    @property
+    def losses(self) -> list[float]:
+        """Every loss so far, one per step (the loss before that step's update): reads those not read yet."""
+        return self.read_losses()
+
+    def read_losses(self) -> list[float]:
+        """Read the losses of the steps since the last read from the device, in one wait, and return every loss.
+
+        Raises `FitDiverged` at the first of them that is NaN or infinite (the losses then end before it)."""
+        if self._unread:
+            values, first = self.loss.history.to_numpy()[:self._unread], len(self.losses_read)
+            self._unread = 0
+            bad = np.flatnonzero(~np.isfinite(values))
+            self.losses_read.extend(float(value) for value in values[:bad[0] if bad.size else len(values)])
+            if bad.size:
+                raise FitDiverged(first + int(bad[0]), float(values[bad[0]]))
+        return self.losses_read
 
     def smoothing(self) -> float:
         """This iteration's Laplacian step size: `smooth` -> `smooth_end`, linear over `schedule_iters`."""
         t = min(self.iteration / (self.schedule_iters - 1), 1.0)
         return self.smooth + (self.smooth_end - self.smooth) * t
 
-    def evaluate(self, look: bool = False) -> float:
-        """Loss and gradient (in `self.x.grad`) at the current vertices, without updating them.
-
-        `look`: leave the terms' schedules (Chamfer's re-sorts) where they were (see `gradient`)."""
+    def _evaluate(self, look: bool = False, slot: int = -1) -> None:
         self.tape.reset()
         with self.tape:
             self.loss.correspond(look)
-            self.loss.record(self.tape)
+            self.loss.record(self.tape, slot)
         self.tape.backward(self.loss.value)
+
+    def evaluate(self, look: bool = False) -> float:
+        """Loss and gradient (in `self.x.grad`) at the current vertices, without updating them; waits for the loss.
+
+        `look`: leave the terms' schedules (Chamfer's re-sorts) where they were (see `gradient`)."""
+        self._evaluate(look)
         return float(self.loss.value[None])
 
-    def step(self) -> float:
-        """One iteration (see the module docstring); returns the loss before the update."""
-        value = self.evaluate()
-        if not math.isfinite(value):
-            raise FitDiverged(self.iteration, value)
+    def step(self) -> None:
+        """One iteration (see the module docstring): launches only, except every `sync_every`-th step, which reads
+        the losses (`read_losses`: it raises `FitDiverged` for a NaN or infinite one)."""
+        self._evaluate(slot=self._unread)
         self.optimiser.step()
         if self.smoother is not None:
             self.smoother.step(self.smoothing())
-        self.losses.append(value)
-        return value
+        self._unread += 1
+        if self._unread == self.sync_every:
+            self.read_losses()
 
     def gradient(self) -> np.ndarray:
         """d loss / d vertices (V, 3) at the current vertices (the GUI's parity view uses it).
@@ -204,9 +234,10 @@ class ShapeFit:
 
     def orders(self) -> float:
         """Orders of magnitude the loss fell: log10(first loss / last loss)."""
-        if len(self.losses) < 2 or self.losses[-1] <= 0:
+        losses = self.losses
+        if len(losses) < 2 or losses[-1] <= 0:
             return 0.0
-        return math.log10(self.losses[0] / self.losses[-1])
+        return math.log10(losses[0] / losses[-1])
 
     def misses(self) -> int:
         return self.loss.misses()

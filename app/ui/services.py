@@ -84,18 +84,20 @@ def fit_run(max_steps: int, budget_s: float, until: int = 2**31) -> dict:
     if _fit is None:
         raise RuntimeError("no fit: reset first")
     started = time.perf_counter()
-    losses, timed, counted = [], {}, {}
-    while (len(losses) < int(max_steps) and _fit.iteration < int(until)
-           and not (losses and time.perf_counter() - started >= float(budget_s))):
-        _fit.tape.profile = not losses
-        with count_host_costs() if len(losses) == 1 else contextlib.nullcontext() as costs:
-            losses.append(float(_fit.step()))
+    first, steps, timed, counted = _fit.iteration, 0, {}, {}
+    while (steps < int(max_steps) and _fit.iteration < int(until)
+           and not (steps and time.perf_counter() - started >= float(budget_s))):
+        _fit.tape.profile = not steps
+        with count_host_costs() if steps == 1 else contextlib.nullcontext() as costs:
+            _fit.step()
+        steps += 1
         if costs is not None:
             counted = {"host_iteration": np.int64(_fit.iteration - 1), "host_launches": np.int64(costs.launches),
                        "host_kernels": np.int64(costs.kernels), "host_syncs": np.int64(costs.host_syncs),
                        "host_sync_sites": np.array(sorted(costs.sync_sites), dtype=str)}
         timed = timed or _tape_record(_fit)
     _fit.tape.profile = True  # evaluations outside a batch (a gradient comparison) stay timed
+    losses = _fit.losses[first:]  # the batch's losses, read in one wait (the fit reads every sync_every-th step too)
     return {**_snapshot(_fit, losses, timed), **counted, "seconds": np.float64(time.perf_counter() - started)}
 
 

@@ -55,7 +55,7 @@ import taichi as ti
 
 from engine.autodiff.access import kernel_access
 from engine.autodiff.custom import adjoint_of
-from engine.autodiff.grad_kernels import fill_rows, fill_value
+from engine.autodiff.grad_kernels import fill_rows, fill_value, fill_values
 from engine.launch import dispatch, kernel_name, pop_recorder, push_recorder
 from engine.taichi_private import Field, Ndarray
 
@@ -81,6 +81,16 @@ class TapeEntry:
 
 def _is_buffer(value: Any) -> bool:
     return isinstance(value, (Field, Ndarray))
+
+
+def _buffers_in(arg: Any) -> tuple:
+    """The buffers an argument passes: itself, or each buffer of a tuple (a `ti.template()` tuple of fields, which a
+    kernel unrolls with `ti.static`), or none."""
+    if _is_buffer(arg):
+        return (arg,)
+    if isinstance(arg, tuple):
+        return tuple(item for item in arg if _is_buffer(item))
+    return ()
 
 
 def grad_of(buffer: Any) -> Any:
@@ -117,26 +127,24 @@ def _launch_accesses(kernel: Callable, args: tuple, label: str) -> tuple[list, l
     reads: list[tuple[Any, str]] = []
     writes: list[tuple[Any, str, bool]] = []
     by_buffer: dict[int, list[str]] = {}
-    for param, arg in zip(access.params, args):
-        if not _is_buffer(arg):
-            continue
+    for param, buffer in ((p, b) for p, a in zip(access.params, args) for b in _buffers_in(a)):
         if param in access.opaque:
             raise TapeHazardError(
                 f"{label}: cannot tell whether kernel {kernel_name(kernel)} reads or writes argument '{param}' "
                 f"(it is used where the source analysis cannot follow it); state it with "
                 f"engine.autodiff.access.declare_access({kernel_name(kernel)}, reads=..., writes=...)")
-        by_buffer.setdefault(id(arg), []).append(param)
+        by_buffer.setdefault(id(buffer), []).append(param)
         grad_path = f"{param}.grad"
-        touched = [(param, arg)]
+        touched = [(param, buffer)]
         if grad_path in access.reads or grad_path in access.writes:  # rare: only hand-written adjoints
-            touched.append((grad_path, grad_of(arg)))
-        for path, buffer in touched:
-            if buffer is None:
+            touched.append((grad_path, grad_of(buffer)))
+        for path, seen in touched:
+            if seen is None:
                 continue
             if path in access.reads:
-                reads.append((buffer, path))
+                reads.append((seen, path))
             if path in access.writes:
-                writes.append((buffer, path, path in access.accumulates))
+                writes.append((seen, path, path in access.accumulates))
     written = {path for _, path, _ in writes}
     for params in by_buffer.values():
         if len(params) > 1 and written & set(params):
@@ -247,9 +255,8 @@ class Tape:
         for buffer, path, accumulate in writes:
             if not accumulate:
                 self._writers[id(buffer)] = f"{label} (argument '{path}')"
-        for arg in args:
-            if _is_buffer(arg):
-                self._touched[id(arg)] = arg
+        for buffer in (buffer for arg in args for buffer in _buffers_in(arg)):
+            self._touched[id(buffer)] = buffer
         self.entries.append(entry)
 
     def _check_writes(self, label: str, reads: list[tuple[Any, str]], writes: list[tuple[Any, str, bool]],
@@ -340,16 +347,24 @@ class Tape:
 
     def zero_grad(self) -> None:
         """Zero the gradient of every field and array the tape has seen since the last reset (of a field declared
-        with `used_rows`, those rows)."""
+        with `used_rows`, those rows): the whole fields' gradients in one launch."""
+        whole = []
         for buffer in self._touched.values():
             grad = grad_of(buffer)
             if grad is None:
                 continue
             rows = self._rows.get(id(buffer))
-            if rows is None:
-                _fill(grad, 0.0)
-            elif rows:
-                dispatch(fill_rows, (grad, min(rows, grad.shape[0]), 0.0))
+            if rows is not None:
+                if rows:
+                    dispatch(fill_rows, (grad, min(rows, grad.shape[0]), 0.0))
+            elif isinstance(grad, Field):
+                whole.append(grad)
+            else:
+                grad.fill(0.0)
+        if len(whole) > 1:
+            dispatch(fill_values, (tuple(whole), 0.0))  # one compiled instance per set of fields: a loop's is fixed
+        elif whole:
+            dispatch(fill_value, (whole[0], 0.0))
 
     def reset(self) -> None:
         """Zero the gradients and forget every entry, ready for the next iteration."""

@@ -488,14 +488,17 @@ def _query_one(i, points: ti.template(), perm: ti.template(), permuted, corner_p
                bound_packets: ti.template(), leaf_start: ti.template(), width, nodes: ti.template(),
                order: ti.template(), depth, out_face: ti.template(), out_bary: ti.template(),
                out_point: ti.template(), out_dist2: ti.template(), counts: ti.template(), stack_size: ti.template(),
-               hint_slots: ti.template(), warm: ti.template()):
-    """The i-th search of `closest_point_query`, its answers written to the point's own index."""
+               face_slot: ti.template(), warm: ti.template()):
+    """The i-th search of `closest_point_query`, its answers written to the point's own index (with `warm`, over
+    the earlier answer it starts from)."""
     q = i
     if permuted:
         q = perm[i]
     hint = -1
     if ti.static(warm):
-        hint = hint_slots[q]
+        f = out_face[q]
+        if 0 <= f < face_slot.shape[0]:
+            hint = face_slot[f]
     face, bary, point, dist2, overflows = _search(points[q], corner_packets, bound_packets, leaf_start, width,
                                                   nodes, order, depth, stack_size, hint)
     if overflows > 0:
@@ -520,7 +523,7 @@ def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n:
                         out_point: ti.types.ndarray(dtype=ti.math.vec3, ndim=1),
                         out_dist2: ti.types.ndarray(dtype=ti.f32, ndim=1),
                         counts: ti.types.ndarray(dtype=ti.i32, ndim=1), stack_size: ti.template(),
-                        serial: ti.template(), hint_slots: ti.types.ndarray(dtype=ti.i32, ndim=1),
+                        serial: ti.template(), face_slot: ti.types.ndarray(dtype=ti.i32, ndim=1),
                         warm: ti.template()):
     """For each of the first n points: the closest triangle, its barycentrics, point and squared
     distance. With `permuted`, point perm[i] is the i-th one searched (a spatial order:
@@ -533,14 +536,15 @@ def closest_point_query(points: ti.types.ndarray(dtype=ti.math.vec3, ndim=1), n:
     CPU each thread takes every threads-th block, so a small batch uses every thread and a batch
     whose searches cost more in one part than another stays balanced. `serial` runs the loop on
     the launching thread: for a few points, waking the CPU backend's thread pool costs more
-    (~10 us) than the searches. `warm`: hint_slots[q] (a slot, or -1) seeds point q's search
-    (`_search`)."""
+    (~10 us) than the searches. `warm`: out_face[q] holds an earlier answer for point q (any face index;
+    one outside the mesh is no hint), whose slot (`face_slot`, from `slot_of_faces`) seeds its search
+    (`_search`); the new answer is written over it."""
     ti.loop_config(serialize=serial)
     for j in range(span):
         first = spread_block(j, threads, chunk) * block
         for i in range(first, ti.min(first + block, n)):
             _query_one(i, points, perm, permuted, corner_packets, bound_packets, leaf_start, width, nodes, order,
-                       depth, out_face, out_bary, out_point, out_dist2, counts, stack_size, hint_slots, warm)
+                       depth, out_face, out_bary, out_point, out_dist2, counts, stack_size, face_slot, warm)
 
 
 @ti.kernel
@@ -563,16 +567,12 @@ def slot_of_faces(order: ti.types.ndarray(), leaf_start: ti.types.ndarray(), wid
 
 
 @ti.kernel
-def gather_hints(faces: ti.template(), n: ti.i32, face_slot: ti.types.ndarray(dtype=ti.i32, ndim=1),
-                 out: ti.types.ndarray(dtype=ti.i32, ndim=1), serial: ti.template()):
-    """The slots of a caller's faces (an earlier answer for the same points) for the query's
-    warm start; -1 for a face outside the mesh (no hint)."""
+def gather_faces(faces: ti.template(), n: ti.i32, out: ti.types.ndarray(dtype=ti.i32, ndim=1), serial: ti.template()):
+    """A caller's faces (an earlier answer for the same points) into the query's array, where a warm search
+    starts from them (`serial`: as `gather_points`)."""
     ti.loop_config(serialize=serial)
     for q in range(n):
-        f = faces[q]
-        out[q] = -1
-        if 0 <= f < face_slot.shape[0]:
-            out[q] = face_slot[f]
+        out[q] = faces[q]
 
 
 @ti.kernel

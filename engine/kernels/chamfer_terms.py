@@ -3,23 +3,23 @@
 The closest-point search (engine.kernels.bvh_query) uses `while`/`break`, which Taichi's
 reverse-mode AD rejects, so it runs untaped and its answers are *held*: the envelope
 theorem says d/dx min_y |x - y|^2 = d/dx |x - y*|^2 with the argmin y* held fixed.
-The taped kernels here compute those held squared distances:
+One taped kernel, `chamfer_total`, computes those held squared distances and their sum:
 
-- `held_point_terms`: source vertex i to the target point held for it (a constant);
-- `held_face_terms`: target sample j to the source triangle held for it, as the
-  barycentric combination of that triangle's three corners, so Taichi's AD spreads
-  the term's gradient onto the corners by barycentric weight.
+- source vertex i to the target point held for it (a constant);
+- target sample j to the source triangle held for it, as the barycentric combination
+  of that triangle's three corners, so the term's gradient spreads onto the corners by
+  barycentric weight.
+
+Its adjoint, `chamfer_total_adjoint`, is written out beside it: one launch forward and one
+back for the whole loss (a launch is what a GPU iteration pays the host for; issue 29).
 
 Reproducibility: every reduction runs in a fixed order, never float atomics into one
 address (their order depends on the thread schedule, so sums differ in the last bits
-run to run). Per-element terms go into an array; `block_sums` adds blocks of BLOCK
-terms in a fixed unrolled order; `serial_total` adds the blocks in index order.
-The target-to-source gradient needs a scatter (many samples onto one vertex): the
-corners of each held triangle are first gathered into a per-sample array
-(`gather_corners`, with its declared custom adjoint), and that gather's adjoint adds the
-corner gradients into each vertex in ascending (sample, corner) order, through a
-vertex -> slot index built by `count_refs`, `exclusive_scan`, `fill_slots`
-(integer atomics: exact) and sorted per vertex by `gather_corners_adjoint`.
+run to run). Per-element terms go into an array; blocks of BLOCK terms are added in a
+fixed unrolled order; the block sums in index order on one thread. The target-to-source
+gradient is a scatter (many samples onto one vertex): the adjoint adds the corner
+gradients into each vertex in ascending (sample, corner) order, through a vertex -> slot
+index built by `index_slots` (integer atomics: exact), each vertex's slots sorted first.
 """
 import taichi as ti
 
@@ -27,50 +27,66 @@ from engine.autodiff.custom import custom_adjoint
 
 BLOCK = 32  # terms per block sum: unrolled, so Taichi AD needs no stack for it
 SCAN_BLOCK = 64  # counts per block of the slot-index scan
+# the searches' answers and the samples: ndarrays, which the BVH's searches write in place (engine.chamfer_loss)
+Vectors = ti.types.ndarray(dtype=ti.math.vec3, ndim=1)
+Ints = ti.types.ndarray(dtype=ti.i32, ndim=1)
 
 
 @ti.func
-def _face(face_id, j):
+def _face(face_id: ti.template(), j):
     # A query that found no face (only a NaN point does) holds -1; read face 0 instead of memory
     # outside the field. The BVH counts it as a miss, and every fit reports and checks misses.
     return ti.max(face_id[j], 0)
 
 
+@ti.func
+def _held_point_on_face(x: ti.template(), faces: ti.template(), face_id: ti.template(), bary: ti.template(), j):
+    """q_j = b_j0 c_j0 + b_j1 c_j1 + b_j2 c_j2: sample j's held point on its held triangle, in x's precision."""
+    b = ti.cast(bary[j], x.dtype)
+    f = faces[_face(face_id, j)]
+    return b[0] * x[f[0]] + b[1] * x[f[1]] + b[2] * x[f[2]]
+
+
 @ti.kernel
-def held_point_terms(x: ti.template(), held: ti.template(), n: ti.i32, weight: ti.f64, terms: ti.template()):
-    """terms[i] = weight * |x[i] - held[i]|^2 for i < n."""
-    for i in range(n):
+def chamfer_total(x: ti.template(), held: Vectors, n_vertices: ti.i32, weight_a: ti.f64, samples: Vectors,
+                  faces: ti.template(), face_id: Ints, bary: Vectors, n_samples: ti.i32, weight_b: ti.f64,
+                  start: ti.template(), slots: ti.template(), terms_a: ti.template(), terms_b: ti.template(),
+                  partial_a: ti.template(), partial_b: ti.template(), total: ti.template()):
+    """total[None] = weight_a sum_i |x_i - held_i|^2 + weight_b sum_j |s_j - q_j|^2 (i < n_vertices, j < n_samples,
+    q_j the held point on sample j's held triangle), each sum in a fixed order: the terms into `terms_a`/`terms_b`
+    (padded to whole blocks with zeros), blocks of BLOCK left to right into `partial_a`/`partial_b`, then the
+    blocks in index order, a's before b's, on one thread. `start`/`slots` (`index_slots`) are for its adjoint."""
+    for i in range(n_vertices):
         d = x[i] - held[i]
-        terms[i] = ti.cast(weight, terms.dtype) * d.dot(d)
+        terms_a[i] = ti.cast(weight_a, terms_a.dtype) * d.dot(d)
+    for j in range(n_samples):
+        d = ti.cast(samples[j], x.dtype) - _held_point_on_face(x, faces, face_id, bary, j)
+        terms_b[j] = ti.cast(weight_b, terms_b.dtype) * d.dot(d)
+    for b in partial_a:
+        partial_a[b] = _block_sum(terms_a, b)
+    for b in partial_b:
+        partial_b[b] = _block_sum(terms_b, b)
+    ti.loop_config(serialize=True)
+    for _ in range(1):
+        acc = ti.cast(0.0, total.dtype)
+        for b in range(partial_a.shape[0]):
+            acc += partial_a[b]
+        for b in range(partial_b.shape[0]):
+            acc += partial_b[b]
+        total[None] = acc
 
 
+@custom_adjoint(chamfer_total)
 @ti.kernel
-def held_face_terms(samples: ti.template(), corners: ti.template(), bary: ti.template(), n: ti.i32,
-                    weight: ti.f64, terms: ti.template()):
-    """terms[j] = weight * |s_j - (b0 c_j0 + b1 c_j1 + b2 c_j2)|^2 for j < n (corners: (n, 3))."""
-    for j in range(n):
-        b = ti.cast(bary[j], corners.dtype)
-        q = b[0] * corners[j, 0] + b[1] * corners[j, 1] + b[2] * corners[j, 2]
-        d = ti.cast(samples[j], corners.dtype) - q
-        terms[j] = ti.cast(weight, terms.dtype) * d.dot(d)
-
-
-@ti.kernel
-def gather_corners(x: ti.template(), faces: ti.template(), face_id: ti.template(), n: ti.i32,
-                   corners: ti.template(), start: ti.template(), slots: ti.template()):
-    """corners[j, k] = x[faces[face_id[j]][k]]: the held triangle's corners, one row per sample.
-
-    `start`/`slots` (the vertex -> slot index of `index_slots`) are for its adjoint only."""
-    for j, k in ti.ndrange(n, 3):
-        corners[j, k] = x[faces[_face(face_id, j)][k]]
-
-
-@custom_adjoint(gather_corners)
-@ti.kernel
-def gather_corners_adjoint(x: ti.template(), faces: ti.template(), face_id: ti.template(), n: ti.i32,
-                           corners: ti.template(), start: ti.template(), slots: ti.template()):
-    """x.grad[v] += corners.grad over v's (sample, corner) slots in ascending slot order: the
-    gather's scatter in a fixed order (Taichi's own adjoint would be a float atomic_add)."""
+def chamfer_total_adjoint(x: ti.template(), held: Vectors, n_vertices: ti.i32, weight_a: ti.f64, samples: Vectors,
+                          faces: ti.template(), face_id: Ints, bary: Vectors, n_samples: ti.i32, weight_b: ti.f64,
+                          start: ti.template(), slots: ti.template(), terms_a: ti.template(),
+                          terms_b: ti.template(), partial_a: ti.template(), partial_b: ti.template(),
+                          total: ti.template()):
+    """x.grad += d total / d x, written out: each sample term's corner gradients, d/dc_jk = -2 weight_b b_jk
+    (s_j - q_j), added into each vertex in ascending (sample, corner) slot order through the slot index (a
+    gather's adjoint is a scatter: a fixed order instead of float atomics); then each vertex term's own,
+    2 weight_a (x_i - held_i)."""
     for v in range(start.shape[0] - 1):
         lo, hi = start[v], start[v + 1]
         for i in range(lo + 1, hi):  # insertion sort: ranges hold a few dozen slots
@@ -80,28 +96,45 @@ def gather_corners_adjoint(x: ti.template(), faces: ti.template(), face_id: ti.t
                 slots[at] = slots[at - 1]
                 at -= 1
             slots[at] = key
+        scale = ti.cast(-2.0 * weight_b, x.dtype) * ti.cast(total.grad[None], x.dtype)
         acc = x.grad[v] * 0.0
         for i in range(lo, hi):
-            s = slots[i]
-            acc += corners.grad[s // 3, s % 3]
+            j, k = slots[i] // 3, slots[i] % 3
+            d = ti.cast(samples[j], x.dtype) - _held_point_on_face(x, faces, face_id, bary, j)
+            acc += scale * ti.cast(bary[j][k], x.dtype) * d
         x.grad[v] += acc
+    for i in range(n_vertices):
+        x.grad[i] += ti.cast(2.0 * weight_a, x.dtype) * ti.cast(total.grad[None], x.dtype) * (x[i] - held[i])
 
 
 @ti.kernel
-def count_refs(faces: ti.template(), face_id: ti.template(), n: ti.i32, count: ti.template()):
-    """count[v] = how many (sample, corner) slots reference vertex v (count zeroed first)."""
+def index_slots(faces: ti.template(), face_id: Ints, n: ti.i32, count: ti.template(),
+                start: ti.template(), cursor: ti.template(), block_total: ti.template(), slots: ti.template()):
+    """The vertex -> (sample, corner) slot index: count[v] the slots that reference vertex v, start[v] the first of
+    them in `slots` (an exclusive scan of the counts), slots[start[v]:start[v + 1]] their ids 3j + k (in an
+    order the adjoint sorts: integer atomics place them)."""
+    for v in count:
+        count[v] = 0
     for j, k in ti.ndrange(n, 3):
         ti.atomic_add(count[faces[_face(face_id, j)][k]], 1)
+    _exclusive_scan(count, start, cursor, block_total)
+    for j, k in ti.ndrange(n, 3):
+        at = ti.atomic_add(cursor[faces[_face(face_id, j)][k]], 1)
+        slots[at] = 3 * j + k
 
 
 @ti.kernel
 def exclusive_scan(count: ti.template(), start: ti.template(), cursor: ti.template(), block_total: ti.template()):
-    """start[v] = sum of count[:v] (start has one more entry: the total); cursor = start.
+    """start[v] = sum of count[:v] (start has one more entry: the total); cursor = start (see `_exclusive_scan`)."""
+    _exclusive_scan(count, start, cursor, block_total)
 
-    Two levels, so the serial part is V / SCAN_BLOCK long (a GPU runs a serial loop on one
+
+@ti.func
+def _exclusive_scan(count, start, cursor, block_total):
+    """Two levels, so the serial part is V / SCAN_BLOCK long (a GPU runs a serial loop on one
     thread): scan each block of SCAN_BLOCK counts in parallel, scan the block totals serially
-    (block_total: ceil(V / SCAN_BLOCK) entries), then add each block's offset in parallel.
-    """
+    (block_total: ceil(V / SCAN_BLOCK) entries), then add each block's offset in parallel. Its loops
+    are the calling kernel's own top-level loops (a ti.func is inlined), so they run in parallel."""
     n = count.shape[0]
     blocks = (n + SCAN_BLOCK - 1) // SCAN_BLOCK
     for b in range(blocks):
@@ -121,47 +154,26 @@ def exclusive_scan(count: ti.template(), start: ti.template(), cursor: ti.templa
     start[n] = block_total[blocks - 1]
 
 
-@ti.kernel
-def fill_slots(faces: ti.template(), face_id: ti.template(), n: ti.i32, cursor: ti.template(),
-               slots: ti.template()):
-    """Place slot id 3j + k in its vertex's range (order within a range is arbitrary: sorted later)."""
-    for j, k in ti.ndrange(n, 3):
-        at = ti.atomic_add(cursor[faces[_face(face_id, j)][k]], 1)
-        slots[at] = 3 * j + k
-
-
-@ti.kernel
-def block_sums(terms: ti.template(), partial: ti.template()):
-    """partial[b] = terms[b*BLOCK] + ... + terms[b*BLOCK + BLOCK-1], left to right (terms padded with 0)."""
-    for b in partial:
-        s = terms[b * BLOCK]
-        for k in ti.static(range(1, BLOCK)):
-            s += terms[b * BLOCK + k]
-        partial[b] = s
-
-
-@ti.kernel
-def serial_total(partial: ti.template(), total: ti.template()):
-    """total[None] += partial[0] + partial[1] + ... in index order, on one thread (total zeroed first)."""
-    ti.loop_config(serialize=True)
-    for b in range(partial.shape[0]):
-        total[None] += partial[b]
+@ti.func
+def _block_sum(terms, b):
+    """terms[b*BLOCK] + ... + terms[b*BLOCK + BLOCK-1], left to right (unrolled)."""
+    s = terms[b * BLOCK]
+    for k in ti.static(range(1, BLOCK)):
+        s += terms[b * BLOCK + k]
+    return s
 
 
 @ti.kernel
 def laplacian_step(x: ti.template(), neighbour_start: ti.template(), neighbours: ti.template(), lam: ti.f64,
-                   out: ti.template()):
-    """out[i] = x[i] + lam * (mean of x over i's neighbours - x[i]): one uniform-Laplacian smoothing step."""
+                   scratch: ti.template()):
+    """x[i] <- x[i] + lam * (mean of x over i's neighbours - x[i]): one uniform-Laplacian (Jacobi) smoothing step,
+    every vertex from the old positions (the new ones in `scratch` first, copied back by a second loop)."""
     for i in range(neighbour_start.shape[0] - 1):
         lo, hi = neighbour_start[i], neighbour_start[i + 1]
         mean = x[i] * 0.0
         for k in range(lo, hi):
             mean += x[neighbours[k]]
         mean /= ti.cast(hi - lo, x.dtype)
-        out[i] = x[i] + ti.cast(lam, x.dtype) * (mean - x[i])
-
-
-@ti.kernel
-def copy_vectors(src: ti.template(), dst: ti.template()):
-    for i in src:
-        dst[i] = src[i]
+        scratch[i] = x[i] + ti.cast(lam, x.dtype) * (mean - x[i])
+    for i in scratch:
+        x[i] = scratch[i]

@@ -11,8 +11,8 @@ arguments (`n`), so one compiled kernel serves every image size up to its fields
   gives every thread its own copy of the parameters (one gradient row each, no atomics
   shared between threads) and still gets one bit-reproducible parameter gradient.
 - `sum_into(values, n, weight, partial, total)`: total += weight * sum(values[:n]).
-- `add_weighted(value, weight, total)`: total += weight * value, for 0-d fields: one term of a weighted sum
-  of losses, launched per term in a fixed order (engine.fit_loss.WeightedSum).
+- `weighted_sum(values, weights, total, history, slot)`: total = sum_k weights[k] * values[k] over a tuple of
+  0-d fields, in the tuple's order (engine.fit_loss.WeightedSum), and a copy into history[slot].
 - `compact(flags, n, capacity, partial, index, count)`: the indices of the set flags, in order
   (a stream compaction: counts per block, the block offsets in order, then each block's indices).
 """
@@ -100,8 +100,15 @@ def compact(flags: ti.template(), n: ti.i32, capacity: ti.i32, partial: ti.templ
 
 
 @ti.kernel
-def add_weighted(value: ti.template(), weight: ti.f64, total: ti.template()):
-    """total[None] += weight * value[None]: one term of a weighted sum (engine.fit_loss.WeightedSum launches it
-    once per term, in the terms' order, so the sum's order is fixed). Taichi's adjoint: value.grad += weight *
-    total.grad, one element, no race."""
-    total[None] += ti.cast(weight, total.dtype) * ti.cast(value[None], total.dtype)
+def weighted_sum(values: ti.template(), weights: ti.template(), total: ti.template(), history: ti.template(),
+                 slot: ti.i32):
+    """total[None] = weights[0] * values[0][None] + weights[1] * values[1][None] + ..., added in that order, in
+    total's precision (values: a tuple of 0-d fields, fixed per compiled instance; weights: a float64 field, one
+    entry per term); with slot >= 0 also history[slot] = total, a record the host reads later, many in one wait.
+    Taichi's adjoint: values[k].grad += weights[k] * total.grad, one element each, no race."""
+    s = ti.cast(0.0, total.dtype)
+    for k in ti.static(range(len(values))):
+        s += ti.cast(weights[k], total.dtype) * ti.cast(values[k][None], total.dtype)
+    total[None] = s
+    if slot >= 0:
+        history[slot] = s
