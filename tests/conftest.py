@@ -87,11 +87,17 @@ RENDERER_MODULES = {"test_diff_render.py", "test_drjit_port.py", "test_examples.
 _warming: dict[str, subprocess.Popen] = {}
 
 
+def needs_renderer_warm_up(items) -> bool:
+    """Whether a selected test uses the renderer on cpu or vulkan: a cuda-marked test (`-m cuda`, gpu_check.sh's
+    test step) does not, and must not wait on a warm-up at the lowest priority that a loaded machine starves."""
+    return any(item.path.name in RENDERER_MODULES and item.get_closest_marker("cuda") is None for item in items)
+
+
 def pytest_collection_finish(session) -> None:
     """When tests that use the differentiable renderer are selected, compile it on cpu and vulkan in the background
     (`tests.warm_renderer`, at the lowest priority, below Ray's workers (nice 15): it takes the core the first tests
     leave idle)."""
-    if not any(item.path.name in RENDERER_MODULES for item in session.items):
+    if not needs_renderer_warm_up(session.items):
         return
     for arch in ("cpu", "vulkan"):
         _warming[arch] = subprocess.Popen([sys.executable, "-m", "tests.warm_renderer", arch], cwd=ROOT,

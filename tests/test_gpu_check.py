@@ -94,3 +94,20 @@ def test_full_dry_run(tmp_path):
     assert {name: row[0] for name, row in summary.items()} == dict.fromkeys(STEPS, "0")
     for table in ("launch", "raymarch", "fit_iteration", "invert", "closest"):
         assert (tmp_path / "results" / "bench" / f"{table}.md").exists(), table
+
+
+def test_the_cuda_test_step_does_not_wait_on_the_renderers_warm_up():
+    """gpu_check.sh's test step runs `pytest -m cuda`: its renderer tests are cuda-marked, so the session must not
+    start (and wait for) the cpu/vulkan warm-up, which runs at nice 19 and starves on a loaded machine (a loaded
+    CI run's dry run timed out there, 2026-12-05)."""
+    from types import SimpleNamespace
+
+    from tests.conftest import needs_renderer_warm_up
+
+    def item(module: str, cuda: bool):
+        return SimpleNamespace(path=Path("tests") / module,
+                               get_closest_marker=lambda name: object() if cuda and name == "cuda" else None)
+
+    assert not needs_renderer_warm_up([item("test_diff_render.py", True), item("test_bvh.py", False)])
+    assert needs_renderer_warm_up([item("test_diff_render.py", True), item("test_invert.py", False)])
+    assert not needs_renderer_warm_up([item("test_bvh.py", False)])
