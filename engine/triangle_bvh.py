@@ -161,8 +161,10 @@ class _Batch:
         self.points, self.bary, self.point = new(3, np.float32), new(3, np.float32), new(3, np.float32)
         self.face, self.dist2 = new(1, np.int32), new(1, np.float32)
         self.perm = ti.ndarray(ti.i32, (capacity,))
+        self.outs = (self.face, self.bary, self.point, self.dist2)  # the query kernel's outputs, in its order
         self.counts = np.zeros(2, np.int32)  # misses and overflows of one `closest_points` call
         self.sorted_for: tuple[int, int] | None = None  # (id of the points, n) `perm` was last sorted for
+        self.searches: dict[tuple, BoundLaunch] = {}  # `closest_points`' query bindings on these arrays (`_search`)
 
     def results(self, n: int) -> dict[str, np.ndarray]:
         """Copies of a host batch's first n answers (the next call writes over the batch)."""
@@ -400,12 +402,13 @@ class TriangleBVH:
         if not in_place:
             if warm:
                 self._launch(kernels.gather_faces, out_face, n, batch.face, serial)
-            outs = (batch.face, batch.bary, batch.point, batch.dist2)
+            outs = batch.outs
         sort = not presorted and n >= SORT_MIN
         if sort and (resort or batch.sorted_for != (id(points), n)):
             _Ordering.get().sort(points, n, batch.perm, self._launch)
             batch.sorted_for = (id(points), n)
-        self._search(points, n, batch.perm, sort, outs, self.counter, warm)
+        self._search(self._searches, (id(points), *map(id, outs), id(batch.perm), sort, warm), points, n, batch.perm,
+                     sort, outs, self.counter, warm)
         if not in_place:
             self._launch(kernels.scatter_results, *outs, n, out_face, out_bary, out_point, out_dist2, serial)
 
@@ -426,7 +429,7 @@ class TriangleBVH:
         sort = n >= SORT_MIN
         if sort:
             _Ordering.get().sort(batch.points, n, batch.perm, self._launch)
-        self._search(batch.points, n, batch.perm, sort, (batch.face, batch.bary, batch.point, batch.dist2), counts)
+        self._search(batch.searches, (sort,), batch.points, n, batch.perm, sort, batch.outs, counts)
         if counts[kernels.MISSES] or counts[kernels.OVERFLOWS]:
             self._host_counts += counts
             overflows = int(counts[kernels.OVERFLOWS])
@@ -442,17 +445,19 @@ class TriangleBVH:
             batch = self._batches[capacity, host] = _Batch(capacity, host)
         return batch
 
-    def _search(self, points, n: int, perm, permuted: bool, outs: tuple, counts, warm: bool = False) -> None:
+    def _search(self, bindings: dict, key: tuple, points, n: int, perm, permuted: bool, outs: tuple, counts,
+                warm: bool = False) -> None:
         """The query kernel on points[:n] (arrays), in the order `perm` holds if `permuted`, the answers into `outs`
-        (face, bary, point, dist2 arrays), seeded from outs' faces if `warm`. Its binding is kept per set of arrays,
-        counter, order, serial and warm flags (the rest are the tree's own arrays and sizes; the binding keeps the
-        arrays alive, so their ids stay theirs), so a call rewrites at most `n`: `_launch`'s general key would cost
-        more than a one-point search."""
+        (face, bary, point, dist2 arrays), seeded from outs' faces if `warm`. Its binding is kept in `bindings` under
+        `key` (what tells these arguments from the others kept there) and the serial flag (the rest are the tree's
+        own arrays and sizes; a binding keeps its arrays alive, so ids in a key stay theirs), so a call rewrites at
+        most `n`: `_launch`'s general key would cost more than a one-point search (`closest_points` keys its batch's
+        own bindings by the sort flag alone)."""
         serial = n <= SERIAL_MAX
-        key = (id(points), *map(id, outs), id(perm), permuted, id(counts), serial, warm)
-        bound = self._searches.get(key)
+        key = (*key, serial)
+        bound = bindings.get(key)
         if bound is None:
-            bound = self._searches[key] = bind(
+            bound = bindings[key] = bind(
                 kernels.closest_point_query, points, n, *_query_shape(n, serial), perm, int(permuted),
                 self.corner_packets, self.bound_packets, self.leaf_start, self.width, self.nodes, self.order,
                 self.depth, *outs, counts, self.stack_size, serial, self.face_slot, warm)
