@@ -326,6 +326,35 @@ def test_field_queries_in_either_order_equal_brute_force(ti_cpu, n):
     bvh.destroy()
 
 
+def test_array_queries_in_place_and_a_kept_order_answer_as_field_queries(ti_cpu):
+    """`query` on ndarrays reads and writes them in place (no gather, no scatter); warm, it starts from the faces
+    it overwrites; with `resort=False` a sorted batch reuses the last Morton order of its points after they moved.
+    Every variant answers as the field query does, to the bit."""
+    import taichi as ti
+
+    mesh = load_mesh(ASSETS / "penguin.obj")
+    n = 2 * SORT_MIN
+    points = sample_queries(mesh.vertices, mesh.faces, n, seed=5).astype(np.float32)
+    bvh = TriangleBVH.build(mesh.vertices, mesh.faces)
+    buffers = QueryBuffers(n)
+    arrays = {"points": ti.ndarray(ti.math.vec3, (n,)), "face": ti.ndarray(ti.i32, (n,)),
+              "bary": ti.ndarray(ti.math.vec3, (n,)), "point": ti.ndarray(ti.math.vec3, (n,)),
+              "dist2": ti.ndarray(ti.f32, (n,))}
+    outs = [arrays[name] for name in ("face", "bary", "point", "dist2")]
+    for step, resort in enumerate((True, False, False)):
+        moved = points + np.float32(0.01 * step)  # the points move a little: the kept order is an old one
+        buffers.load(moved)
+        bvh.query(buffers.points, buffers.face, buffers.bary, buffers.point, buffers.dist2, n, warm=step > 0)
+        expected = buffers.results(n)  # a warm search may pick another face at a tie (a shared edge): warm both
+        arrays["points"].from_numpy(moved)
+        bvh.query(arrays["points"], *outs, n, warm=step > 0, resort=resort)
+        for name, array in zip(("face", "bary", "point", "dist2"), outs):
+            np.testing.assert_array_equal(array.to_numpy(), expected[name], err_msg=f"{name}, step {step}")
+    assert bvh.counters() == {"misses": 0, "overflows": 0}
+    buffers.group.destroy()
+    bvh.destroy()
+
+
 @pytest.mark.parametrize("n", [100, SORT_MIN + 5])
 def test_warm_queries_equal_brute_force_whatever_the_hint(ti_cpu, n):
     """`query(warm=True)` seeds each search with the face out_face holds: the right one, a wrong
