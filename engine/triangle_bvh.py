@@ -6,8 +6,9 @@ API (device math is in `engine.kernels.bvh_query`, where the tree layout and its
     bvh = TriangleBVH(vertices_field, faces_field)      # existing fields (vec3 f32 (V,), vec3 i32 (F,))
     bvh.refit()                                         # on the device: bounds from the current vertices
     bvh.rebuild()                                       # on the device: re-sort, then refit
-    bvh.query(points, out_face, out_bary, out_point, out_dist2, n)   # fields; first n points
+    bvh.query(points, out_face, out_bary, out_point, out_dist2, n)   # fields or ndarrays; first n points
     bvh.query(..., warm=True)                           # out_face's earlier answers seed the searches
+    bvh.query(..., resort=False)                        # a sorted batch keeps its last Morton order
     bvh.closest_points(points) -> {"face", "bary", "point", "dist2"}  # numpy in, numpy out
     bvh.brute_force(points)    -> the same dict, by testing every face (the oracle)
     bvh.counters() -> {"misses", "overflows"}; bvh.reset_counters(); bvh.destroy()
@@ -27,9 +28,11 @@ the device, `engine.kernels.morton`), unless the caller says they are in a spati
 its point's own index. With `warm`, each search first tests the face `out_face` holds for its
 point (the previous answer, in an iterative fit): a tight bound from the start, so fewer nodes
 are pushed; the distances found are the same. `closest_points` takes numpy (on the CPU the
-kernel reads and writes the arrays in place: one launch for one point).
+kernel reads and writes the arrays in place: one launch for one point). `query` on ndarrays is
+one launch (searched and written in place); on fields the points are gathered into the tree's
+arrays and the answers scattered back (a launch each).
 
-`query` fields: points vec3 f32 (>= n,), out_face i32, out_bary vec3 f32, out_point vec3
+`query` buffers: points vec3 f32 (>= n,), out_face i32, out_bary vec3 f32, out_point vec3
 f32, out_dist2 f32 (each >= n,). `out_bary` weights the face's corners in `faces` order.
 A point with no answer (NaN) gets face -1, dist2 inf, and counts as a miss.
 """
