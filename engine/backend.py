@@ -145,10 +145,11 @@ def clear_stale_cache_locks(cache_dir: str | Path, now: float | None = None) -> 
 def _start(name: str, kernel_profiler: bool) -> None:
     import taichi as ti
 
-    from engine import kernel_count, kernel_source_info, taichi_private
+    from engine import compile_effort, kernel_count, kernel_source_info, taichi_private
 
     kernel_source_info.install()  # halves every kernel's load from the offline cache (its docstring)
     kernel_count.install()  # the k of "compiling kernels (k of n)"
+    compile_effort.install()  # big forward kernels compile in seconds (its docstring)
     arch = {"cuda": ti.cuda, "vulkan": ti.vulkan, "cpu": ti.cpu}[name]
     cache_dir = os.environ.get("TI_OFFLINE_CACHE_FILE_PATH") or taichi_private.default_offline_cache_dir()
     for lock in clear_stale_cache_locks(cache_dir):  # the environment overrides the default, as in ti.init

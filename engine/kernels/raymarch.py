@@ -33,6 +33,7 @@ takes, and is written for one ray.
 """
 import taichi as ti
 
+from engine.compile_effort import quick
 from engine.kernels.lanes import all_lanes, any_lane, lane, like, packet_indices
 from engine.scene_layout import (GLYPH, MOVING_SLOT, N_PACKED, N_SLOTS, PACKED_AT, ROW_Z, SLOT_GLYPHS,  # noqa: F401
                                  SLOT_SPACING, SLOT_X0, TABLE_TOP, TCP_OFFSET, TILE_HALF, TILE_ROUND, TILE_Y,
@@ -739,6 +740,7 @@ def camera(prm: ti.template()):
     return ro, right, up, fwd
 
 
+@quick("cpu")  # compiles in seconds, not a minute, and runs as fast on the cpu (engine/compile_effort.py)
 @ti.kernel
 def render(prm: ti.types.ndarray(dtype=ti.f32, ndim=1), rgb: ti.types.ndarray(dtype=ti.f32, ndim=3),
            depth: ti.types.ndarray(dtype=ti.f32, ndim=2), normal: ti.types.ndarray(dtype=ti.f32, ndim=3),

@@ -56,6 +56,7 @@ one compile serves every resolution.
 """
 import taichi as ti
 
+from engine.compile_effort import quick
 from engine.kernels.kinematics import scene_from_theta, theta_of, theta_row
 from engine.kernels.lanes import all_lanes, any_lane, lane, like, packet_indices, with_lane
 from engine.kernels.raymarch import (MARCH_STATES, M_BOUND, NORMAL_EPS, SCENE_TOP, SHADOW_STEPS, Scene,
@@ -191,6 +192,7 @@ def record_march(m: ti.template(), j: ti.template(), px: ti.i32, n_px: ti.i32, e
         march_edges[px, layer - 1] = vec2(lo, hi)
 
 
+@quick("cpu", "vulkan")  # compiles in seconds, not a minute, and runs as fast (engine/compile_effort.py)
 @ti.kernel
 def march_pixels(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, edge_px: ti.f32,
                  active: ti.template(), march_t: ti.template(), march_edges: ti.template(), lanes: ti.template()):
@@ -211,6 +213,7 @@ def march_pixels(scene: ti.template(), cam: ti.template(), width: ti.i32, height
                 record_march(m, j, row * width + col, n_px, edge_px, active, march_t, march_edges)
 
 
+@quick("cpu", "vulkan")  # compiles in seconds, not a minute, and runs as fast (engine/compile_effort.py)
 @ti.kernel
 def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, slot_pos: ti.template(),
          n_slots: ti.i32, march_t: ti.template(), march_edges: ti.template(), held_t: ti.template(),
