@@ -219,3 +219,27 @@ def test_fields_get_the_same_tree_whatever_the_process_launched_before(arch, tmp
                                    env={**os.environ, "SHANNON_PIN_THREADS": "0"}, check=True).stdout.split()[-1]
              for order in ("fields-first", "ndarray-kernel-first")}
     assert trees == {"fields-first": "1", "ndarray-kernel-first": "1"}
+
+
+
+@pytest.mark.parametrize("ending", ["normal", "SIGTERM"])
+def test_a_command_leaves_what_it_compiled_in_the_kernel_cache(ending, tmp_path):
+    """Taichi writes its offline cache only when its program is finalized; at exit that happened only when nothing
+    referenced it any more, and `python -m app render` (as the acceptance) left its kernels out: every run compiled
+    them again. `backend.init` stops Taichi at exit, and a SIGTERM'd run ends through the same exit."""
+    import signal
+    import time
+
+    env = {**os.environ, "TI_OFFLINE_CACHE_FILE_PATH": str(tmp_path / "cache")}
+    frames = ["--frames", "10000"] if ending == "SIGTERM" else []
+    command = [sys.executable, "-m", "app", "render", "--width", "16", "--height", "8", "--arch", "cpu",
+               "--out", str(tmp_path / "out"), *frames]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if ending == "SIGTERM":
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "out" / "frames" / "frame_0000.png").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == (0 if ending == "normal" else 130), stderr
+    assert any(path.suffix == ".tic" for path in (tmp_path / "cache").rglob("*")), f"nothing cached ({ending})"
