@@ -186,7 +186,7 @@ def init(arch: str | None = None, kernel_profiler: bool = False) -> Backend:
 
     `kernel_profiler` switches on Taichi's per-kernel timing (it can only be chosen at start-up).
     """
-    global _current, _profiling
+    global _current, _profiling, _stops_at_exit
     requested = check_requested(arch)
     name, note = requested, ""
     if requested == "auto":
@@ -207,7 +207,6 @@ def init(arch: str | None = None, kernel_profiler: bool = False) -> Backend:
     if actual != name:
         raise UserError(f"backend {name} was requested but Taichi started {actual} (is TI_ARCH set?)")
     _current = Backend(name=name, requested=requested, note=note)
-    global _stops_at_exit
     if not _stops_at_exit:
         atexit.register(_stop_at_exit)
         _stops_at_exit = True
