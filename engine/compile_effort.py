@@ -36,7 +36,9 @@ from engine.taichi_private import AutodiffMode, Kernel, Program
 
 ARCHS = {"x64": "cpu", "arm64": "cpu", "vulkan": "vulkan", "cuda": "cuda"}  # Taichi's arch name -> backend
 _marked: dict[Callable, frozenset[str]] = {}  # the Python function of a marked kernel -> its backends
-_quick_kernels: dict[int, frozenset[str]] = {}  # id of a compiled (C++) kernel of a marked forward mode -> backends
+# id of a compiled (C++) kernel of a marked forward mode -> (that kernel, its backends): the reference keeps the id
+# from being reused by another kernel once Taichi drops this one (freeing a field tree drops kernels)
+_quick_kernels: dict[int, tuple[Any, frozenset[str]]] = {}
 _installed = False
 
 
@@ -68,12 +70,13 @@ def _materialize(kernel, key=None, args=None, arg_features=None):
     _next_materialize(kernel, key, args, arg_features)
     if kernel.autodiff_mode == AutodiffMode.NONE and kernel.func in _marked:
         key = key if key is not None else (kernel.func, 0, kernel.autodiff_mode)  # Taichi's own default key
-        _quick_kernels[id(kernel.compiled_kernels[key])] = _marked[kernel.func]
+        compiled = kernel.compiled_kernels[key]
+        _quick_kernels[id(compiled)] = (compiled, _marked[kernel.func])
 
 
 def _compile(program, config, caps, t_kernel):
-    archs = _quick_kernels.get(id(t_kernel))
-    if not archs or ARCHS.get(config.arch.name) not in archs or not config.advanced_optimization:
+    archs = _quick_kernels.get(id(t_kernel), (None, ()))[1]
+    if ARCHS.get(config.arch.name) not in archs or not config.advanced_optimization:
         return _next_compile(program, config, caps, t_kernel)
     config.advanced_optimization = False
     try:
