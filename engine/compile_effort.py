@@ -32,7 +32,7 @@ mode on a marked backend, and restores it after. The setting is part of Taichi's
 
 from typing import Any, Callable
 
-from engine.taichi_private import AutodiffMode, Kernel, Program
+from engine.taichi_private import AutodiffMode, Kernel, Program, materialize_key
 
 ARCHS = {"x64": "cpu", "arm64": "cpu", "vulkan": "vulkan", "cuda": "cuda"}  # Taichi's arch name -> backend
 _marked: dict[Callable, frozenset[str]] = {}  # the Python function of a marked kernel -> its backends
@@ -69,8 +69,7 @@ def _kernel(kernel: Any) -> Kernel:
 def _materialize(kernel, key=None, args=None, arg_features=None):
     _next_materialize(kernel, key, args, arg_features)
     if kernel.autodiff_mode == AutodiffMode.NONE and kernel.func in _marked:
-        key = key if key is not None else (kernel.func, 0, kernel.autodiff_mode)  # Taichi's own default key
-        compiled = kernel.compiled_kernels[key]
+        compiled = kernel.compiled_kernels[materialize_key(kernel, key)]
         _quick_kernels[id(compiled)] = (compiled, _marked[kernel.func])
 
 

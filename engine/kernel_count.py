@@ -27,7 +27,7 @@ worker reads it while the worker is inside a call (`engine.worker.BackendWorker.
 from typing import Any
 
 from engine import progress
-from engine.taichi_private import AutodiffMode, Kernel, Program
+from engine.taichi_private import AutodiffMode, Kernel, Program, materialize_key
 
 _count = 0
 _shared: Any = None  # a multiprocessing Value ("i") the parent reads, or None
@@ -50,7 +50,7 @@ def share(value: Any) -> None:
 
 def _counting_materialize(kernel, key=None, args=None, arg_features=None):
     global _count
-    key = key if key is not None else (kernel.func, 0, kernel.autodiff_mode)  # Taichi's own default key
+    key = materialize_key(kernel, key)
     if key in kernel.compiled_kernels:
         return _original_materialize(kernel, key, args, arg_features)
     _count += 1

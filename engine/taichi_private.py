@@ -19,8 +19,9 @@ Who relies on what:
 - `engine.fields` (`FieldGroup.destroy` puts back kernels): `kernels`, `CoreSNode`, `arch`.
 - `engine.autodiff` (tape, optimisers) and `engine.kernels.losses`: `Field`, `MatrixField`, `Ndarray`.
 - `engine.kernels.lanes` (packets of rays): `is_tensor_expr`.
-- `engine.kernel_count` (kernels prepared, compiles said on the terminal): `Kernel.materialize` and
-  `Program.compile_kernel`, which it wraps.
+- `engine.kernel_count` (kernels prepared, compiles said on the terminal) and `engine.compile_effort` (kernels
+  compiled without Taichi's advanced passes): `Kernel.materialize` and `Program.compile_kernel`, which they wrap,
+  and `materialize_key`.
 - `engine.backend`: `arch`, `program`, `default_offline_cache_dir`; `engine.cpu_pool`, the
   benchmarks and tests: `arch`, `cpu_threads`, `config`.
 
@@ -48,7 +49,8 @@ from taichi.lang.util import cook_dtype
 __all__ = [
     "ASTTransformerContext", "AutodiffMode", "BoundedDifferentiableMethod", "CoreSNode", "Field", "Kernel", "Layout",
     "MatrixField", "MatrixType", "Ndarray", "Program", "StructType", "arch", "config", "cook_dtype", "cpu_threads",
-    "default_offline_cache_dir", "get_runtime", "is_tensor_expr", "kernel_impl", "kernels", "program",
+    "default_offline_cache_dir", "get_runtime", "is_tensor_expr", "kernel_impl", "kernels", "materialize_key",
+    "program",
 ]
 
 CoreSNode = _core.SNode  # the C++ SNode (a `Field`'s `.snode.ptr`), as a kernel's template key may hold it
@@ -90,6 +92,12 @@ def program() -> Any:
 def kernels() -> list:
     """Every `Kernel` defined in this process (Taichi keeps them across `ti.reset`)."""
     return _impl.get_runtime().kernels
+
+
+def materialize_key(kernel: Kernel, key: Any = None) -> Any:
+    """The key of `kernel.compiled_kernels` that `Kernel.materialize(kernel, key)` fills: `key`, or Taichi's own
+    default when it is None (a kernel without template arguments)."""
+    return key if key is not None else (kernel.func, 0, kernel.autodiff_mode)
 
 
 def default_offline_cache_dir() -> str:

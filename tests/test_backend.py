@@ -221,7 +221,6 @@ def test_fields_get_the_same_tree_whatever_the_process_launched_before(arch, tmp
     assert trees == {"fields-first": "1", "ndarray-kernel-first": "1"}
 
 
-
 @pytest.mark.parametrize("ending", ["normal", "SIGTERM"])
 def test_a_command_leaves_what_it_compiled_in_the_kernel_cache(ending, tmp_path):
     """Taichi writes its offline cache only when its program is finalized; at exit that happened only when nothing

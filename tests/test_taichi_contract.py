@@ -10,6 +10,7 @@
 - freeing an SNode tree drops every compiled kernel of the process, and a kernel instance's
   template key holds the field objects it was given (engine.fields.FieldGroup.destroy puts back
   the instances given none of the freed group's fields);
+- the offline cache is keyed on `advanced_optimization` (engine.compile_effort lowers it for some kernels);
 - every name `engine.taichi_private` re-exports from Taichi's private API (`taichi.lang`,
   `taichi._lib`) exists and behaves as the modules that use it rely on, and no other module of the
   checkout imports or reaches that API itself (so that module is the whole of an upgrade's audit).
@@ -98,9 +99,10 @@ def field_group_destroy_probe() -> dict:
             "scaled_kept": kept, "scaled_left": len(scaled._primal.compiled_kernels), "seen": np.array(seen)}
 
 
-HOST_TARGET_PROBE = """
+SCALE_PROBE = """
+import sys
 import taichi as ti
-ti.init(arch=ti.cpu, fast_math=False, print_kernel_asm=True, print_kernel_llvm_ir_optimized=True)
+ti.init(arch=ti.cpu, fast_math=False, {init})
 x = ti.field(ti.f32, 64)
 @ti.kernel
 def scale(a: ti.f32):
@@ -108,6 +110,14 @@ def scale(a: ti.f32):
         x[i] = x[i] * a
 scale(2.0)
 """
+
+
+def run_scale_probe(folder: Path, init: str, *args: str, env: dict | None = None) -> None:
+    """SCALE_PROBE with `init` added to its ti.init, run in `folder` (Taichi reads a kernel's source from its file)."""
+    (folder / "probe.py").write_text(SCALE_PROBE.format(init=init))
+    run = subprocess.run([sys.executable, "probe.py", *args], cwd=folder, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
 
 
 def test_taichi_is_the_pinned_version():
@@ -150,9 +160,7 @@ def test_cpu_kernels_are_compiled_for_this_machines_cpu(tmp_path):
     # Taichi builds its CPU target machine from llvm::sys::getHostCPUName() (codegen_cpu.cpp) and its JIT from
     # JITTargetMachineBuilder::detectHost() (jit_cpu.cpp); only its runtime's own functions say target-cpu x86-64.
     env = {**os.environ, "TI_OFFLINE_CACHE_FILE_PATH": str(tmp_path / "cache")}  # compile, do not load
-    (tmp_path / "probe.py").write_text(HOST_TARGET_PROBE)  # Taichi reads a kernel's source from its file
-    run = subprocess.run([sys.executable, "probe.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
+    run_scale_probe(tmp_path, "print_kernel_asm=True, print_kernel_llvm_ir_optimized=True", env=env)
     ir = (tmp_path / "taichi_kernel_cpu_llvm_ir_optimized_0000.ll").read_text()
     kernel = next(line for line in ir.splitlines() if line.startswith("define") and "scale" in line)
     attributes = kernel.rsplit("#", 1)[1].split()[0]
@@ -168,6 +176,23 @@ def test_cpu_kernels_are_compiled_for_this_machines_cpu(tmp_path):
     named = not ("AuthenticAMD" in cpuinfo and family > 25)
     assert ("vmulss" in assembly) == (has_avx and named), \
         f"the cpu kernel's multiply is not encoded as expected for this CPU (family {family}, avx {has_avx})"
+
+
+def test_the_offline_cache_is_keyed_on_advanced_optimization(tmp_path):
+    # engine.compile_effort compiles some kernels without the advanced passes: each must be found again under its own
+    # setting, and never in the place of the other
+    cache = tmp_path / "cache"
+    env = {**os.environ, "TI_OFFLINE_CACHE_FILE_PATH": str(cache)}
+
+    def cached(setting: str) -> set[str]:
+        run_scale_probe(tmp_path, 'offline_cache=True, advanced_optimization=sys.argv[1] == "on"', setting, env=env)
+        return {str(path.relative_to(cache)) for path in cache.rglob("*") if path.is_file() and "lock" not in path.name}
+
+    with_passes = cached("on")
+    without = cached("off")
+    again = cached("on")
+    assert len(without) > len(with_passes), "the kernel compiled without the passes was found under the other key"
+    assert again == without, "a kernel already cached compiled again"
 
 
 @ti.kernel
@@ -265,6 +290,15 @@ def _private_name_checks(scalar, vector) -> dict:
     def kernels():
         assert any(each is _private_probe._primal for each in private.kernels())
 
+    def materialize_key():  # kernel_count and compile_effort find what a key-less materialize prepared by it
+        @ti.kernel
+        def seven() -> ti.i32:
+            return 7
+
+        seven._primal.materialize()
+        assert private.materialize_key(seven._primal) in seven._primal.compiled_kernels
+        assert private.materialize_key(seven._primal, "given") == "given"
+
     def default_offline_cache_dir():
         path = private.default_offline_cache_dir()
         assert isinstance(path, str) and Path(path).is_absolute()
@@ -295,7 +329,8 @@ def _private_name_checks(scalar, vector) -> dict:
             "MatrixType": matrix_type, "StructType": struct_type, "cook_dtype": cook_dtype, "CoreSNode": core_snode,
             "Program": program_class,
             "get_runtime": get_runtime, "config": config, "arch": arch, "cpu_threads": cpu_threads,
-            "program": program, "kernels": kernels, "default_offline_cache_dir": default_offline_cache_dir,
+            "program": program, "kernels": kernels, "materialize_key": materialize_key,
+            "default_offline_cache_dir": default_offline_cache_dir,
             "kernel_impl": kernel_impl, "ASTTransformerContext": ast_transformer_context,
             "is_tensor_expr": is_tensor_expr}
 
