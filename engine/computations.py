@@ -37,6 +37,7 @@ REGISTRY: dict[str, str] = {
     "adjoint_checks": "engine.checks.adjoint_checks:run_adjoint_checks",
     "soft_min_stability": "engine.checks.adjoint_checks:run_soft_min_stability",
     "kinematics_check": "engine.checks.adjoint_checks:run_kinematics_check",
+    "theta_adam_steps": "engine.checks.theta_adam_checks:run_theta_adam_steps",
 }
 
 

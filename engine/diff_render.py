@@ -49,12 +49,12 @@ import numpy as np
 import taichi as ti
 
 from engine import backend
-from engine.autodiff.grad_kernels import fill_rows
+from engine.autodiff.grad_kernels import fill_counted_rows
 from engine.autodiff.tape import Tape
 from engine.errors import UserError
 from engine.fields import FieldGroup
 from engine.kernels import image_loss, raymarch, raymarch_grad, reduce
-from engine.kernels.kinematics import N_THETA, kinematics
+from engine.kernels.kinematics import N_THETA, kinematics, pack_forward
 from engine.kernels.lanes import lanes_for
 from engine.kernels.softmin import soft_min_layers
 from engine.kernels.straight_through import substitute_image
@@ -90,7 +90,7 @@ class DiffRenderer:
         self.lanes = lanes or lanes_for(backend.arch_in_use())
         max_px = self.max_width * self.max_height
         max_slots = int(max_px * SLOTS_PER_PIXEL)  # compact slots: only those that exist (`_march`)
-        self.n_slots = 0
+        self._slots_read: int | None = None  # `n_slots` once read back from the device for this evaluation
         # three groups, each within one Vulkan storage buffer at 512x256 (engine.fields.VULKAN_MAX_BYTES)
         g = FieldGroup()
         self.groups = [g]
@@ -106,6 +106,9 @@ class DiffRenderer:
         self.march_edges = g.vector(2, ti.f32, (max_px, raymarch_grad.N_LAYERS - 1))
         self.slot_pos = g.field(ti.i32, (max_slots,))  # compact slot -> pixel slot (layer * n_px + px)
         self.slot_count = g.field(ti.i32, ())
+        # the slot count of the evaluation on the tape (untaped renders march again and rewrite slot_count): the
+        # rows of the per-slot gradients the tape's next zeroing must cover (`_declare_used_rows`)
+        self.taped_count = g.field(ti.i32, ())
         self.compact_partial = g.field(ti.i32, (-(-raymarch_grad.N_LAYERS * max_px // reduce.BLOCK),))
         self.held_t = g.field(ti.f32, (max_slots,))
         self.held_mat = g.field(ti.i32, (max_slots,))
@@ -136,7 +139,6 @@ class DiffRenderer:
         g = FieldGroup()
         self.groups.append(g)
         self.diff_image = g.vector(3, ti.f32, (max_px,), needs_grad=True)
-        self.forward_prm = g.field(ti.f32, (raymarch.N_PARAMS,))
         # d(sample)/d theta per slot, kept by the hold for the backward (`raymarch_grad.keep_jacobian`); last, for
         # the same reason
         g = FieldGroup()
@@ -244,10 +246,10 @@ class DiffRenderer:
         n_px = self.n_px
         custom("render: march (untaped)", self._march, _no_adjoint, reads=[self.theta],
                writes=[self.scene, self.active, self.march_t, self.march_edges, self.slot_pos, self.slot_count])
-        n_slots = self.n_slots
         if self.tape.recording:
+            self.taped_count.copy_from(self.slot_count)  # on the device: no wait
             self._declare_used_rows()
-        launch(reduce.broadcast_rows, self.theta, n_slots, self.theta_slots, self.theta_partial,
+        launch(reduce.broadcast_rows, self.theta, self.slot_count, self.theta_slots, self.theta_partial,
                name="render: theta per slot")
         taped = recording()  # (read here: a custom step's forward runs with the tape paused)
         custom("render: hold (untaped)", lambda: self._hold(taped), _no_adjoint,
@@ -256,8 +258,8 @@ class DiffRenderer:
                        self.held_grad, self.jacobian])
         custom("render: SDF at the held points", _already_evaluated, self._samples_adjoint,
                reads=[self.theta_slots, self.points, self.jacobian], writes=[self.values])
-        launch(raymarch_grad.shade_slots, self.theta_slots, self.cam, self.width, self.height, self.slot_pos, n_slots,
-               self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.held_grad,
+        launch(raymarch_grad.shade_slots, self.theta_slots, self.cam, self.width, self.height, self.slot_pos,
+               self.slot_count, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.held_grad,
                self.values, self.colour, self.ratio, name="render: shade slots (Newton step, edges, shadows)")
         launch(soft_min_layers, self.ratio, self.colour, self.active, n_px, self.kappa, self.soft_ratio,
                self.soft_colour, self.weight, name="render: soft minimum over edge layers")
@@ -266,19 +268,20 @@ class DiffRenderer:
                self.height, self.edge_px, self.diff_image if forward else self.image, name="render: compose and tone-map")
         if forward:
             custom("render: the forward renderer's image (untaped)", self._forward_image, _no_adjoint,
-                   reads=[self.theta], writes=[self.forward_prm, self._forward.rgb_buffer])
+                   reads=[self.theta, self.cam], writes=[self._forward.prm_buffer, self._forward.rgb_buffer])
             launch(substitute_image, self.diff_image, self._forward.rgb_buffer, n_px, self.image,
                    name="render: forward image, differentiable gradient")
         if self.has_target:
             self._record_loss()
 
     def _declare_used_rows(self) -> None:
-        """Tell the tape which rows of each gradient this view and slot count use (`Tape.used_rows`): zeroing them
+        """Tell the tape which rows of each gradient this view and the slot count (on the device) use
+        (`Tape.used_rows`): zeroing them
         alone is 4x less work at 256x128 than the fields' 512x256 (measured before: ~40 ms of a ~190 ms taped render
         zeroing the whole fields)."""
         n_px = self.n_px
         for f in (self.theta_slots, self.points, self.values):
-            self.tape.used_rows(f, self.n_slots)
+            self.tape.used_rows(f, self.taped_count)
         for f in (self.colour, self.ratio):
             self.tape.used_rows(f, raymarch_grad.N_LAYERS * n_px)
         for f in (self.soft_ratio, self.soft_colour, self.diff_image):
@@ -289,7 +292,8 @@ class DiffRenderer:
             self.tape.used_rows(terms, w * h)
 
     def _march(self) -> None:
-        """Untaped: the kinematics, the march, and the list of the slots that exist (`n_slots` of them)."""
+        """Untaped: the kinematics, the march, and the list of the slots that exist (`slot_count` of them, on the
+        device: every later kernel reads it there, so the host queues the whole evaluation without waiting)."""
         n_pixel_slots = raymarch_grad.N_LAYERS * self.n_px
         capacity = self.slot_pos.shape[0]
         launch(kinematics, self.theta, self.scene)
@@ -297,12 +301,20 @@ class DiffRenderer:
                self.march_t, self.march_edges, self.lanes)
         launch(reduce.compact, self.active, n_pixel_slots, capacity, self.compact_partial, self.slot_pos,
                self.slot_count)
-        count = int(self.slot_count[None])
-        if count > capacity:
-            logging.getLogger(__name__).warning(
-                "%d slots at %dx%d, room for %d: the last %d edge layers dropped", count, self.width, self.height,
-                capacity, count - capacity)
-        self.n_slots = min(count, capacity)
+        self._slots_read = None
+
+    @property
+    def n_slots(self) -> int:
+        """The slots of the last evaluation, read back from the device (one wait, once per evaluation); logs a
+        warning when the view had more than the fields' room (its last edge layers were dropped)."""
+        if self._slots_read is None:
+            count, capacity = int(self.slot_count[None]), self.slot_pos.shape[0]
+            if count > capacity:
+                logging.getLogger(__name__).warning(
+                    "%d slots at %dx%d, room for %d: the last %d edge layers dropped", count, self.width,
+                    self.height, capacity, count - capacity)
+            self._slots_read = min(count, capacity)
+        return self._slots_read
 
     def _hold(self, jacobian: bool = True) -> None:
         """Untaped, after `_march`: hold every slot; then the SDF's spatial gradient at every held point, exactly,
@@ -310,36 +322,33 @@ class DiffRenderer:
         reads the per-slot rows of theta and its parameter gradient is kept too (`raymarch_grad.keep_jacobian`):
         the backward then needs no second SDF adjoint (`_samples_adjoint`); without, it reads the
         gradient-free copy of theta and computes no parameter gradient."""
-        n_slots = self.n_slots
-        launch(raymarch_grad.hold, self.scene, self.cam, self.width, self.height, self.slot_pos, n_slots, self.march_t,
+        count = self.slot_count
+        launch(raymarch_grad.hold, self.scene, self.cam, self.width, self.height, self.slot_pos, count, self.march_t,
                self.march_edges, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.values,
                self.lanes)
         self.theta_fixed.copy_from(self.theta)
-        launch(fill_rows, self.points.grad, n_slots, 0.0)
-        launch(raymarch_grad.seed_samples, self.values, n_slots)
+        launch(fill_counted_rows, self.points.grad, count, 0.0)
+        launch(raymarch_grad.seed_samples, self.values, count)
         for j in range(raymarch_grad.N_SAMPLES):
             theta = self.theta_slots if jacobian else self.theta_fixed
             dispatch(raymarch_grad.sdf_samples.grad, self._sample_args(j, theta))
             if jacobian:
-                launch(raymarch_grad.keep_jacobian, self.theta_slots, n_slots, j, self.jacobian)
-        launch(raymarch_grad.hold_gradients, self.points, n_slots, self.held_grad)
+                launch(raymarch_grad.keep_jacobian, self.theta_slots, count, j, self.jacobian)
+        launch(raymarch_grad.hold_gradients, self.points, count, self.held_grad)
         for grad in (self.points.grad, self.values.grad):
-            launch(fill_rows, grad, n_slots, 0.0)
+            launch(fill_counted_rows, grad, count, 0.0)
 
     def _forward_image(self) -> None:
-        """Untaped: theta's kinematics on the device, packed with the camera, and the forward renderer's frame."""
-        launch(kinematics, self.theta, self.forward_prm)
-        prm = self.forward_prm.to_numpy()
-        prm[raymarch.P_CAM_POS:raymarch.P_CAM_FWD + 3] = self._cam_params[:12]
-        prm[raymarch.P_PIXEL] = self._cam_params[12]
-        self._forward.render_packed(prm)
+        """Untaped: theta's kinematics and the camera packed on the device, and the forward renderer's frame."""
+        launch(pack_forward, self.theta, self.cam, self._forward.prm_buffer)
+        self._forward.render_packed()
 
     def _sample_args(self, j: int, theta) -> tuple:
-        return (theta, self.points, self.held_shadow, self.n_slots, j, self.values)
+        return (theta, self.points, self.held_shadow, self.slot_count, j, self.values)
 
     def _samples_adjoint(self) -> None:
         """The sample launches' adjoint in theta: theta_slots.grad from values.grad and the Jacobians the hold kept."""
-        launch(raymarch_grad.samples_adjoint, self.values, self.jacobian, self.n_slots, self.theta_slots)
+        launch(raymarch_grad.samples_adjoint, self.values, self.jacobian, self.slot_count, self.theta_slots)
 
     def _record_loss(self) -> None:
         self.loss.fill(0.0)  # Taichi's own fill: neither recorded nor differentiated
@@ -362,6 +371,7 @@ class DiffRenderer:
             self.record()
         finally:
             self.has_target = has_target
+        self.n_slots  # the host waits here anyway: warn of dropped edge layers, if any
         return self.image_numpy()
 
     def image_numpy(self, field=None) -> np.ndarray:
@@ -370,13 +380,20 @@ class DiffRenderer:
 
     def loss_and_gradient(self) -> tuple[float, np.ndarray]:
         """Loss against the target at the current theta, and d loss / d theta (float64 copy of the f32 gradient)."""
+        self.gradient_on_device()
+        self.n_slots  # the host waits here anyway: warn of dropped edge layers, if any
+        return float(self.loss[None]), self.theta.grad.to_numpy().astype(np.float64)
+
+    def gradient_on_device(self) -> None:
+        """`loss_and_gradient` left on the device: the loss in `self.loss`, d loss / d theta in `self.theta.grad`.
+        The host queues the launches and waits for nothing (an optimiser on the device takes it from there:
+        engine.theta_adam)."""
         if not self.has_target:
             raise RuntimeError("DiffRenderer: set_target first")
         self.tape.reset()
         with self.tape:
             self.record()
         self.tape.backward(self.loss)
-        return float(self.loss[None]), self.theta.grad.to_numpy().astype(np.float64)
 
     def render_taped(self) -> np.ndarray:
         """`render()`, the render kept on the tape: an `image_jacobian()` at this theta (and view and loss
@@ -411,7 +428,7 @@ class DiffRenderer:
             self.tape.zero_grad()
             launch(raymarch_grad.seed_channel, self.image.grad, n, channel)
             self.tape.backward(None)
-            launch(raymarch_grad.pixel_rows, self.theta_slots.grad, self.slot_pos, self.n_slots, n, channel,
+            launch(raymarch_grad.pixel_rows, self.theta_slots.grad, self.slot_pos, self.slot_count, n, channel,
                    self._jac)
         jac = self._jac.to_numpy()
         return self.image_numpy(), jac.reshape(self.height, self.width, 3, N_THETA)

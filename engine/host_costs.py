@@ -179,8 +179,10 @@ def _install() -> None:
     _patch(launch, "native_call", _wrap_native_call(launch.native_call))
     _patch(dispatch.BoundLaunch, "__call__", _wrap_bound_call(dispatch.BoundLaunch.__call__))
     _patch(dispatch.LaunchSequence, "__call__", _wrap_sequence_call(dispatch.LaunchSequence.__call__))
-    for cls in (ti.ScalarField, ti.MatrixField, ti.StructField, ti.Ndarray, ti.ScalarNdarray, ti.VectorNdarray,
-                ti.MatrixNdarray):
+    from engine.taichi_private import Field
+
+    for cls in (Field, ti.ScalarField, ti.MatrixField, ti.StructField, ti.Ndarray, ti.ScalarNdarray,
+                ti.VectorNdarray, ti.MatrixNdarray):  # Field: copy_from is the base class's
         owner = "field" if "Field" in cls.__name__ else "ndarray"
         for method, syncs in _TAICHI_METHODS.items():
             if method in vars(cls):

@@ -201,12 +201,19 @@ class Renderer:
         self.last_ms = (time.perf_counter() - started) * 1e3
         return self._rgb.to_numpy()
 
-    def render_packed(self, prm: np.ndarray) -> None:
+    def render_packed(self, prm: np.ndarray | None = None) -> None:
         """Launch the render of an already packed parameter array (float32 (N_PARAMS,), layout
         `engine.kernels.raymarch.P_*`) into the buffers, no read-back: `rgb_buffer` holds the image on the
-        device (the differentiable renderer's forward-image comparison packs theta's kinematics on the device)."""
-        self._prm.from_numpy(np.asarray(prm, np.float32))
+        device. prm None: the parameters already in `prm_buffer`, packed there on the device (the differentiable
+        renderer's forward-image comparison: `engine.kernels.kinematics.pack_forward`)."""
+        if prm is not None:
+            self._prm.from_numpy(np.asarray(prm, np.float32))
         launch(raymarch.render, self._prm, self._rgb, self._depth, self._normal, self._steps, self.lanes)
+
+    @property
+    def prm_buffer(self):
+        """The packed parameters the next `render_packed()` reads, on the device (ti.ndarray f32 (N_PARAMS,))."""
+        return self._prm
 
     @property
     def rgb_buffer(self):

@@ -63,6 +63,7 @@ from engine.host_costs import IterationCosts, count_host_costs
 from engine.gauss_newton import (NOISE_FLOOR, Identifiability, huber_loss, huber_weights, identifiability, lm_step,
                                  pyramid_residual, residual_scale)
 from engine.render import Camera
+from engine.theta_adam import DISCARDED, LOSS, THETA, ThetaAdam
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ HOP_SCALE, HOP_SEED = 0.5, 1000
 # the start with this step, seeded (a run is reproducible bit for bit).
 SEARCH_SIGMA, SEARCH_SEED = 0.5, 0
 METHODS = ("search", "adam")
+MAX_CHECK_EVERY = 10_000  # Adam iterations the device records between two reads (InvertSettings.check_every)
 # A scan moves one parameter at a time over this many default perturbations either side of its current value
 # and of the start (the truth is at most one from the start; a search can leave a small part, the wrist or the
 # fingers, further off: `scan_grid`).
@@ -295,7 +297,6 @@ class InverseRender:
     def __init__(self, target: np.ndarray, start: np.ndarray, truth: np.ndarray | None = None, width: int = 256,
                  height: int = 128, camera: Camera = Camera(), settings: InvertSettings = InvertSettings(),
                  held: tuple[int, ...] = ()):
-        from engine.theta_adam import ThetaAdam
 
         check_settings(settings)
         check_view(width, height)
@@ -311,7 +312,7 @@ class InverseRender:
         self.r.set_theta(self.start)
         mask = scene_theta.mask(settings.groups)
         mask[list(held)] = 0.0
-        self.opt = ThetaAdam(self.r.theta, mask, *scene_theta.limits(), lr=settings.lr)
+        self.opt = ThetaAdam(self.r.theta, mask, *scene_theta.limits(), lr=settings.lr, history=settings.check_every)
         self.iteration = 0
         self.skipped = 0  # iterations whose gradient was not finite (no update)
         self.losses: list[float] = []
@@ -325,18 +326,29 @@ class InverseRender:
         lr = s.lr * (s.lr_end + (1.0 - s.lr_end) * 0.5 * (1.0 + math.cos(math.pi * frac)))
         return edge, lr
 
-    def step(self) -> float:
-        """One iteration: loss and gradient at the current theta, then a masked, clamped Adam step."""
+    def step(self) -> None:
+        """One iteration: loss and gradient at the current theta, then a masked, clamped Adam step that ignores a
+        gradient that is not finite; launches only (the host waits for nothing): `read` gets the results, at most
+        `settings.check_every` iterations after the last read."""
         edge, self.opt.lr = self._schedule()
         self.r.set_loss(self.settings.loss, self.settings.levels, edge)
-        loss, grad = self.r.loss_and_gradient()
-        if not (np.isfinite(loss) and np.all(np.isfinite(grad))):
-            self.opt.discard_gradient()
-            self.skipped += 1
-        self.opt.step()
-        self.losses.append(loss)
+        self.r.gradient_on_device()
+        self.opt.step(self.r.loss)
         self.iteration += 1
-        return loss
+
+    @property
+    def unread(self) -> int:
+        """Iterations since the last `read`."""
+        return self.opt.unread
+
+    def read(self) -> list[tuple[float, np.ndarray]]:
+        """(loss, theta after the step) of every iteration since the last read, in one wait for the device."""
+        rows = self.opt.read()
+        self.skipped += int(rows[:, DISCARDED].sum())
+        self.losses.extend(rows[:, LOSS].tolist())
+        if len(rows):
+            self.r.n_slots  # warn if the last evaluation had to drop edge layers (engine.diff_render)
+        return [(float(row[LOSS]), row[THETA:].copy()) for row in rows]
 
     def theta(self) -> np.ndarray:
         return self.r.theta_values()
@@ -368,9 +380,12 @@ def loss_of_image(image: np.ndarray, target: np.ndarray) -> float:
 
 
 def check_settings(s: InvertSettings) -> None:
-    if s.iterations < 1 or s.starts < 1 or s.start_iterations < 1 or s.lm_iterations < 0 or s.check_every < 1 \
+    if s.iterations < 1 or s.starts < 1 or s.start_iterations < 1 or s.lm_iterations < 0 \
             or s.hops < 0 or s.hop_iterations < 1 or s.cycles < 1:
         raise UserError("--iters, --starts and --start-iters must be at least 1, --lm-iters and --hops at least 0")
+    if not 1 <= s.check_every <= MAX_CHECK_EVERY:
+        raise UserError(f"--check-every {s.check_every}: choose 1..{MAX_CHECK_EVERY} (the device keeps that many "
+                        "iterations for the host to read)")
     if s.method not in METHODS:
         raise UserError(f"--method {s.method}: choose one of {', '.join(METHODS)}")
     if not (s.search_evaluations >= 1 and s.scan_points >= 3 and s.pair_points >= 0):
@@ -813,8 +828,10 @@ class Recovery:
             inv = InverseRender(self.target, candidate, self.truth, self.width, self.height, self.camera, s, self.held)
             try:
                 while inv.iteration < short:
-                    loss = inv.step()
-                    self._record(loss, inv.theta())
+                    inv.step()
+                    if inv.unread == s.check_every or inv.iteration == short:
+                        for loss, theta in inv.read():
+                            self._record(loss, theta)
                     yield "multi-start"
                 runs.append({"yaw_offset_deg": offset, "iterations": inv.iteration,
                              "image_loss": self._check(inv.r, inv.theta())})
@@ -832,12 +849,12 @@ class Recovery:
         best, best_loss = np.array(start, np.float64), math.inf
         try:
             while inv.iteration < s.iterations:
-                loss = inv.step()
-                theta = inv.theta()
-                self._record(loss, theta)
+                inv.step()  # launches only: the host reads the iterations at each check (every s.check_every)
                 if 0 < inv.iteration < s.iterations and inv.iteration % max(s.iterations // s.cycles, 1) == 0:
-                    self.marks.append((self.step_count, "Adam: warm restart of the schedule"))
+                    self.marks.append((self.step_count + inv.unread, "Adam: warm restart of the schedule"))
                 if inv.iteration % s.check_every == 0 or inv.iteration == s.iterations:
+                    for loss, theta in inv.read():
+                        self._record(loss, theta)
                     moved = np.max(np.abs(theta - self.start) / tolerance_scale(self.start))
                     value = self._check(inv.r, theta, candidate=moved <= DIVERGE_TOLERANCES)
                     inv.r.set_theta(theta)

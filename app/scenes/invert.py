@@ -85,6 +85,11 @@ def _parser() -> argparse.ArgumentParser:
                         f"the default perturbation, {d.hop_iterations} Adam iterations (adam); 0 = none "
                         f"(default {d.hops})")
     p.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr})")
+    p.add_argument("--check-every", type=int, default=d.check_every, metavar="K",
+                   help="method adam: the host reads Adam's iterations from the device (losses, theta: one wait for "
+                        "K of them) and checks the full-resolution image loss (best iterate, divergence) every K "
+                        "iterations; in between an iteration only queues launches; progress frames land on these "
+                        f"reads (default {d.check_every})")
     p.add_argument("--loss", choices=("l2", "l1"), default=d.loss, help="Adam's image loss (default l2)")
     p.add_argument("--levels", type=int, default=d.levels, help=f"Adam's image pyramid levels 1..4 "
                    f"(default {d.levels})")
@@ -196,7 +201,8 @@ def _invert(args: argparse.Namespace, checked: tuple, target_png: np.ndarray | N
                               edge_start=args.edge_start, groups=groups, compare=compare, starts=args.starts,
                               start_iterations=min(args.start_iters, args.iters), lm_iterations=args.lm_iters,
                               hops=args.hops, method=args.method, search_evaluations=args.search_evals,
-                              scan_points=args.scan_points, pair_points=args.pair_points)
+                              scan_points=args.scan_points, pair_points=args.pair_points,
+                              check_every=args.check_every)
     known = truth if target_png is None else None  # a picture's verdict is its residual's
     noise = quantisation_loss(target) if target_png is not None else 0.0
     rec = Recovery(target, start, known, args.width, args.height, camera, settings, target_noise=noise)

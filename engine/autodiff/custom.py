@@ -9,12 +9,12 @@ the adjoint named after its forward and written right after it, as micrograd's
 `_backward` and Taichi's `@ti.ad.grad_for` do:
 
     @ti.kernel
-    def broadcast_rows(src: ti.template(), n: ti.i32, dst: ti.template(), partial: ti.template()):
+    def broadcast_rows(src: ti.template(), n: ti.template(), dst: ti.template(), partial: ti.template()):
         ...
 
     @custom_adjoint(broadcast_rows)
     @ti.kernel
-    def broadcast_rows_adjoint(src: ti.template(), n: ti.i32, dst: ti.template(), partial: ti.template()):
+    def broadcast_rows_adjoint(src: ti.template(), n: ti.template(), dst: ti.template(), partial: ti.template()):
         ...                              # src.grad += fixed-order sum of dst.grad rows
 
 The adjoint takes exactly the forward's parameters (checked when declared). Inside a

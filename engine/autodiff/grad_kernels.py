@@ -28,5 +28,18 @@ def fill_values(buffers: ti.template(), value: ti.f64):
 def fill_rows(buffer: ti.template(), rows: ti.i32, value: ti.f64):
     """The first `rows` rows (first axis) of `buffer` set to `value`: a field allocated at a maximum size and
     used at a smaller one is zeroed where it was used (engine.autodiff.tape.Tape.used_rows)."""
+    _fill_first(buffer, rows, value)
+
+
+@ti.kernel
+def fill_counted_rows(buffer: ti.template(), count: ti.template(), value: ti.f64):
+    """`fill_rows` with the row count on the device: the first count[None] rows (at most all of them), where
+    count (a 0-d int field) was written by an earlier kernel (engine.diff_render's slot count): the host sizes the
+    launch without waiting to read it."""
+    _fill_first(buffer, ti.min(count[None], buffer.shape[0]), value)
+
+
+@ti.func
+def _fill_first(buffer: ti.template(), rows: ti.i32, value: ti.f64):
     for I in ti.grouped(ti.ndrange(rows, *buffer.shape[1:])):
         buffer[I] = ti.cast(value, buffer.dtype)

@@ -55,7 +55,7 @@ import taichi as ti
 
 from engine.autodiff.access import kernel_access
 from engine.autodiff.custom import adjoint_of
-from engine.autodiff.grad_kernels import fill_rows, fill_value, fill_values
+from engine.autodiff.grad_kernels import fill_counted_rows, fill_rows, fill_value, fill_values
 from engine.launch import dispatch, kernel_name, pop_recorder, push_recorder
 from engine.taichi_private import Field, Ndarray
 
@@ -212,7 +212,7 @@ class Tape:
         self._readers: dict[int, str] = {}  # id(buffer) -> "launch #i 'name' (argument 'p')" that first read it
         self._writers: dict[int, str] = {}  # id(buffer) -> who last wrote it with a plain store
         self._touched: dict[int, Any] = {}  # every buffer the tape saw, for zero_grad (kept alive here)
-        self._rows: dict[int, int] = {}  # id(field) -> the rows of its gradient zero_grad zeroes (`used_rows`)
+        self._rows: dict[int, int | Field] = {}  # id(field) -> the rows of its gradient zero_grad zeroes (`used_rows`)
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -336,14 +336,19 @@ class Tape:
             pop_recorder(self)
             self._replaying = False
 
-    def used_rows(self, field: Field, rows: int) -> None:
+    def used_rows(self, field: Field, rows: int | Field) -> None:
         """Declare that the launches recorded since the last reset touched only the first `rows` rows (first axis)
         of `field`'s gradient: `zero_grad` then zeroes just those (the most declared since the last reset).
 
         For a buffer allocated at a maximum size and used at a smaller one (engine.diff_render: fields for 512x256,
         views of 256x128): zeroing 4x fewer rows. A declaration short of what a launch wrote leaves gradient behind
-        for the next backward to add to, silently: declare from the same count the launches were given."""
-        self._rows[id(field)] = max(int(rows), self._rows.get(id(field), 0))
+        for the next backward to add to, silently: declare from the same count the launches were given. `rows` may
+        be a 0-d int field whose value an earlier kernel wrote (a count the host never reads): zero_grad then
+        zeroes the rows it holds when zeroing, so the launches declared must all have used that count."""
+        if isinstance(rows, Field):
+            self._rows[id(field)] = rows
+        else:
+            self._rows[id(field)] = max(int(rows), self._rows.get(id(field), 0))
 
     def zero_grad(self) -> None:
         """Zero the gradient of every field and array the tape has seen since the last reset (of a field declared
@@ -354,7 +359,9 @@ class Tape:
             if grad is None:
                 continue
             rows = self._rows.get(id(buffer))
-            if rows is not None:
+            if isinstance(rows, Field):
+                dispatch(fill_counted_rows, (grad, rows, 0.0))
+            elif rows is not None:
                 if rows:
                     dispatch(fill_rows, (grad, min(rows, grad.shape[0]), 0.0))
             elif isinstance(grad, Field):

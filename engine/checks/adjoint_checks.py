@@ -61,6 +61,7 @@ def run_adjoint_checks(seed: int = 0) -> dict:
     src = g.field(tdt, (COLS,), needs_grad=True)
     dst = g.field(tdt, (ROWS, COLS), needs_grad=True)
     partial = g.field(tdt, (1, COLS))
+    rows = g.field(ti.i32, ())  # broadcast_rows reads its row count on the device
     values = g.field(tdt, (ROWS,), needs_grad=True)
     vpartial = g.field(tdt, (1,))
     total = g.field(tdt, (), needs_grad=True)
@@ -81,10 +82,11 @@ def run_adjoint_checks(seed: int = 0) -> dict:
         s0 = rng.normal(size=COLS)
         wts = rng.normal(size=(ROWS, COLS))
         src.from_numpy(s0.astype(ndt))
-        dispatch(reduce.broadcast_rows, (src, ROWS, dst, partial))
+        rows[None] = ROWS
+        dispatch(reduce.broadcast_rows, (src, rows, dst, partial))
         dst.grad.from_numpy(wts.astype(ndt))
         src.grad.fill(0)
-        _run_adjoint(reduce.broadcast_rows, (src, ROWS, dst, partial))
+        _run_adjoint(reduce.broadcast_rows, (src, rows, dst, partial))
         out["broadcast_value"] = dst.to_numpy().astype(np.float64) - np.broadcast_to(s0, (ROWS, COLS))
         out["broadcast_grad"] = src.grad.to_numpy().astype(np.float64)
         out["broadcast_fd"] = finite_difference_gradient(lambda x: float((wts * x[None, :]).sum()), s0, eps)

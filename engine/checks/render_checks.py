@@ -178,9 +178,10 @@ def run_gradients_after_views(theta: np.ndarray, small: tuple = (64, 32), large:
                               max_width: int = 512, max_height: int = 256) -> dict:
     """The computation "gradients_after_views": the tape zeroes only the rows a view used (`Tape.used_rows`), so
     a larger view's gradient must not survive into a smaller one's. At the `small` view: loss and gradient ("first");
-    at the `large` view an image Jacobian and a loss gradient; at `small` again ("again", which must equal "first"
-    bit for bit); then a reset, after which "left" (the largest |gradient| of each of the renderer's gradient fields,
-    over the whole field) must be all 0."""
+    at the `large` view an image Jacobian and a loss gradient; an untaped render of a view smaller still (it rewrites
+    the slot count on the device with fewer slots than the tape used: the zeroing must still cover the tape's); at
+    `small` again ("again", which must equal "first" bit for bit); then a reset, after which "left" (the largest
+    |gradient| of each of the renderer's gradient fields, over the whole field) must be all 0."""
     r = shared_renderer(max_width, max_height)
 
     def gradient(width: int, height: int) -> tuple:
@@ -193,6 +194,8 @@ def run_gradients_after_views(theta: np.ndarray, small: tuple = (64, 32), large:
     first_loss, first = gradient(*small)
     gradient(*large)
     r.image_jacobian()
+    r.set_view(Camera(), int(small[0]) // 2, int(small[1]) // 2)
+    r.render()
     again_loss, again = gradient(*small)
     r.tape.reset()
     fields = [r.theta, r.theta_slots, r.points, r.values, r.colour, r.ratio, r.soft_ratio, r.soft_colour,

@@ -17,14 +17,15 @@ The forward renderer (`raymarch.render`) never calls it: its kinematics run on t
 """
 import taichi as ti
 
-from engine.kernels.raymarch import P_ALBEDO, P_BASE, P_ELBOW, P_GRIP, P_SHOULDER, P_SUN, P_TILE_POS, \
-    P_TILE_ROT, P_TOOL, P_WRIST, Scene
+from engine.kernels.raymarch import P_ALBEDO, P_BASE, P_CAM_POS, P_ELBOW, P_GRIP, P_PIXEL, P_SHOULDER, P_SUN, \
+    P_TILE_POS, P_TILE_ROT, P_TOOL, P_WRIST, Scene
 from engine.scene_layout import (BASE_XZ, FORE, N_THETA, SHOULDER, T_ELBOW, T_GRIP, T_LETTER, T_PAINT,  # the arm's geometry,
                                  T_SHOULDER, T_SUN_AZIMUTH, T_SUN_ELEVATION, T_TILE, T_TILE_POS, T_TILE_TILT,  # theta's layout
                                  T_TILE_YAW, T_WRIST, T_YAW, UPPER)
 
 vec2 = ti.math.vec2
 vec3 = ti.math.vec3
+FINITE_F32, FINITE_F64 = 3.4028234663852886e38, 1.7976931348623157e308  # the largest finite values
 
 
 
@@ -94,34 +95,65 @@ def kinematics(theta: ti.template(), prm: ti.template()):
     packing of the same pose) and for anyone who wants the joint positions on the device.
     """
     for _ in range(1):
-        s = scene_from_theta(theta_vector(theta))
-        for j in ti.static(range(4)):
-            prm[P_BASE + j] = s.base[j]
-        for j in ti.static(range(2)):
-            prm[P_SHOULDER + j] = s.shoulder[j]
-            prm[P_ELBOW + j] = s.elbow[j]
-            prm[P_WRIST + j] = s.wrist[j]
-            prm[P_TOOL + j] = s.tool[j]
-        prm[P_GRIP] = s.grip
-        for j in ti.static(range(3)):
-            prm[P_TILE_POS + j] = s.tile_pos[j]
-            prm[P_ALBEDO + j] = s.paint[j]
-            prm[P_ALBEDO + 3 + j] = s.tile[j]
-            prm[P_ALBEDO + 6 + j] = s.letter[j]
-            prm[P_SUN + j] = s.sun[j]
-            for k in ti.static(range(3)):
-                prm[P_TILE_ROT + 3 * j + k] = s.tile_rot[j, k]
+        pack_scene(theta, prm)
 
 
 @ti.kernel
-def mask_gradient(theta: ti.template(), mask: ti.template()):
-    """theta.grad *= mask: frozen components (mask 0) take no optimiser step."""
-    for j in range(N_THETA):
-        theta.grad[j] *= mask[j]
+def pack_forward(theta: ti.template(), cam: ti.template(), prm: ti.types.ndarray(dtype=ti.f32, ndim=1)):
+    """prm = what the forward renderer (`raymarch.render`) reads: theta's packed Scene (`kinematics`) and the
+    camera (cam: position, right, up, forward, pixel size; `raymarch_grad.N_CAM` values), packed on the device so
+    that the differentiable render's forward-image comparison never waits for the host."""
+    for _ in range(1):
+        pack_scene(theta, prm)
+        for j in ti.static(range(12)):  # position, right, up, forward: contiguous in both layouts
+            prm[P_CAM_POS + j] = cam[j]
+        prm[P_PIXEL] = cam[12]
+
+
+@ti.func
+def pack_scene(theta: ti.template(), prm: ti.template()):
+    """prm[P_BASE:N_PARAMS] = the packed Scene of theta (a field or an array)."""
+    s = scene_from_theta(theta_vector(theta))
+    for j in ti.static(range(4)):
+        prm[P_BASE + j] = s.base[j]
+    for j in ti.static(range(2)):
+        prm[P_SHOULDER + j] = s.shoulder[j]
+        prm[P_ELBOW + j] = s.elbow[j]
+        prm[P_WRIST + j] = s.wrist[j]
+        prm[P_TOOL + j] = s.tool[j]
+    prm[P_GRIP] = s.grip
+    for j in ti.static(range(3)):
+        prm[P_TILE_POS + j] = s.tile_pos[j]
+        prm[P_ALBEDO + j] = s.paint[j]
+        prm[P_ALBEDO + 3 + j] = s.tile[j]
+        prm[P_ALBEDO + 6 + j] = s.letter[j]
+        prm[P_SUN + j] = s.sun[j]
+        for k in ti.static(range(3)):
+            prm[P_TILE_ROT + 3 * j + k] = s.tile_rot[j, k]
 
 
 @ti.kernel
-def clamp_theta(theta: ti.template(), lo: ti.template(), hi: ti.template()):
-    """theta clamped into [lo, hi] component by component (projected steps: joint and material limits)."""
+def mask_gradient(theta: ti.template(), mask: ti.template(), loss: ti.template(), iterates: ti.template(),
+                  row: ti.i32):
+    """theta.grad *= mask (frozen components, mask 0, take no optimiser step), or theta.grad = 0 if the loss or
+    any gradient component is not finite (the step then moves by the optimiser's momentum only);
+    iterates[row, 0] = the loss, iterates[row, 1] = 1 where the gradient was discarded, else 0 (a record the host
+    reads later, many rows in one wait: `engine.theta_adam.ThetaAdam.read`)."""
+    ti.loop_config(serialize=True)
+    for _ in range(1):
+        finite = ti.abs(loss[None]) <= ti.f64(FINITE_F64)  # false for a NaN as for an infinity (fast_math is off)
+        for j in range(N_THETA):
+            finite = finite and ti.abs(theta.grad[j]) <= FINITE_F32
+        for j in range(N_THETA):
+            theta.grad[j] = theta.grad[j] * mask[j] if finite else 0.0
+        iterates[row, 0] = ti.cast(loss[None], iterates.dtype)
+        iterates[row, 1] = 0.0 if finite else 1.0
+
+
+@ti.kernel
+def clamp_theta(theta: ti.template(), lo: ti.template(), hi: ti.template(), iterates: ti.template(), row: ti.i32):
+    """theta clamped into [lo, hi] component by component (projected steps: joint and material limits), and
+    recorded: iterates[row, 2:] = theta (see mask_gradient)."""
     for j in range(N_THETA):
         theta[j] = ti.math.clamp(theta[j], lo[j], hi[j])
+        iterates[row, 2 + j] = ti.cast(theta[j], iterates.dtype)

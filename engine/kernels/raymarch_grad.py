@@ -213,10 +213,18 @@ def march_pixels(scene: ti.template(), cam: ti.template(), width: ti.i32, height
                 record_march(m, j, row * width + col, n_px, edge_px, active, march_t, march_edges)
 
 
+@ti.func
+def live_slots(slot_count: ti.template(), capacity: ti.template()) -> ti.i32:
+    """The slots that exist: the count `reduce.compact` wrote into slot_count (a 0-d int field), at most the
+    fields' `capacity` (past it the last edge layers were dropped). Read on the device: the host launches every
+    per-slot kernel without waiting to learn it (issue 29: an iteration that never waits)."""
+    return ti.min(slot_count[None], capacity)
+
+
 @quick("cpu", "vulkan")  # compiles in seconds, not a minute, and runs as fast (engine/compile_effort.py)
 @ti.kernel
 def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, slot_pos: ti.template(),
-         n_slots: ti.i32, march_t: ti.template(), march_edges: ti.template(), held_t: ti.template(),
+         slot_count: ti.template(), march_t: ti.template(), march_edges: ti.template(), held_t: ti.template(),
          held_mat: ti.template(), held_ao: ti.template(), held_shadow: ti.template(), points: ti.template(),
          values: ti.template(), lanes: ti.template()):
     """Untaped: hold every slot (see the module docstring), with the scene distance at every held point
@@ -224,6 +232,7 @@ def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32
     pixel slot slot_pos[c] (layer * n_px + px, `march_pixels`' active ones, in order: `reduce.compact`).
     held_shadow: the shadow ray's parameter s at its closest approach (0: nothing shadows; -1: the sample
     there is a bound, not a surface). `lanes` consecutive slots per thread (`raymarch.render`)."""
+    n_slots = live_slots(slot_count, slot_pos.shape[0])
     ti.loop_config(block_dim=ti.static(max(128 // lanes, 8)))
     for packet in range((n_slots + lanes - 1) // lanes):
         s = load_scene(scene)
@@ -280,8 +289,8 @@ def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32
 
 
 @ti.kernel
-def sdf_samples(theta_slots: ti.template(), points: ti.template(), held_shadow: ti.template(), n_slots: ti.i32,
-                j: ti.i32, values: ti.template()):
+def sdf_samples(theta_slots: ti.template(), points: ti.template(), held_shadow: ti.template(),
+                slot_count: ti.template(), j: ti.i32, values: ti.template()):
     """values[slot, j] += scene distance at held point j of every slot, from its row of theta
     (the shadow point only where something shadows); `theta_slots` may also be one shared (N_THETA,) theta
     (`kinematics.theta_of`).
@@ -289,35 +298,36 @@ def sdf_samples(theta_slots: ti.template(), points: ti.template(), held_shadow: 
     The one differentiated SDF call site, launched once per sample index j (values zeroed
     first, so the launches only accumulate); its adjoint is what the tape replays."""
     ti.loop_config(block_dim=64)
-    for slot in range(n_slots):
+    for slot in range(live_slots(slot_count, values.shape[0])):
         if j != S_SHADOW or held_shadow[slot] > 0.0:
             s = scene_from_theta(theta_of(theta_slots, slot))
             values[slot, j] += scene_sdf(points[slot, j], s, True).x
 
 
 @ti.kernel
-def seed_samples(values: ti.template(), n_slots: ti.i32):
+def seed_samples(values: ti.template(), slot_count: ti.template()):
     """values.grad = 1 on every sample: the untaped adjoint of sdf_samples then leaves grad f in points.grad."""
-    for slot, j in ti.ndrange(n_slots, values.shape[1]):
+    for slot, j in ti.ndrange(live_slots(slot_count, values.shape[0]), values.shape[1]):
         values.grad[slot, j] = 1.0
 
 
 @ti.kernel
-def keep_jacobian(theta_slots: ti.template(), n_slots: ti.i32, j: ti.i32, jacobian: ti.template()):
+def keep_jacobian(theta_slots: ti.template(), slot_count: ti.template(), j: ti.i32, jacobian: ti.template()):
     """jacobian[slot, j, :] = theta_slots.grad[slot, :N_GEO], then those zeroed, for every slot: after the
     adjoint of sdf_samples' launch j seeded with ones, d(sample j)/d theta, kept for `samples_adjoint` (the SDF
     depends on no component past N_GEO)."""
-    for slot in range(n_slots):
+    for slot in range(live_slots(slot_count, jacobian.shape[0])):
         for c in ti.static(range(N_GEO)):
             jacobian[slot, j, c] = theta_slots.grad[slot, c]
             theta_slots.grad[slot, c] = 0.0
 
 
 @ti.kernel
-def samples_adjoint(values: ti.template(), jacobian: ti.template(), n_slots: ti.i32, theta_slots: ti.template()):
+def samples_adjoint(values: ti.template(), jacobian: ti.template(), slot_count: ti.template(),
+                    theta_slots: ti.template()):
     """The sdf_samples launches' adjoint in theta from the Jacobians the hold kept (`keep_jacobian`):
     theta_slots.grad[slot, c] += sum_j values.grad[slot, j] * jacobian[slot, j, c], each slot into its own row."""
-    for slot in range(n_slots):
+    for slot in range(live_slots(slot_count, jacobian.shape[0])):
         for c in ti.static(range(N_GEO)):
             acc = 0.0
             for j in ti.static(range(N_SAMPLES)):
@@ -335,7 +345,7 @@ def seed_channel(image_grad: ti.template(), n_px: ti.i32, channel: ti.i32):
 
 
 @ti.kernel
-def pixel_rows(rows: ti.template(), slot_pos: ti.template(), n_slots: ti.i32, n_px: ti.i32, channel: ti.i32,
+def pixel_rows(rows: ti.template(), slot_pos: ti.template(), slot_count: ti.template(), n_px: ti.i32, channel: ti.i32,
                jac: ti.types.ndarray(dtype=ti.f64, ndim=3)):
     """jac[px, channel, :] = the sum of the rows (of theta_slots.grad, after `seed_channel`'s reverse pass) of
     pixel px's slots, layer after layer: d(px's channel)/d theta. A pixel has at most one slot per layer, so each
@@ -344,7 +354,7 @@ def pixel_rows(rows: ti.template(), slot_pos: ti.template(), n_slots: ti.i32, n_
     for px, c in ti.ndrange(n_px, jac.shape[2]):
         jac[px, channel, c] = 0.0
     for layer in ti.static(range(N_LAYERS)):
-        for slot in range(n_slots):
+        for slot in range(live_slots(slot_count, slot_pos.shape[0])):
             pos = slot_pos[slot]
             if pos // n_px == layer:
                 for c in range(jac.shape[2]):
@@ -352,21 +362,21 @@ def pixel_rows(rows: ti.template(), slot_pos: ti.template(), n_slots: ti.i32, n_
 
 
 @ti.kernel
-def hold_gradients(points: ti.template(), n_slots: ti.i32, held_grad: ti.template()):
+def hold_gradients(points: ti.template(), slot_count: ti.template(), held_grad: ti.template()):
     """held_grad = points.grad: the spatial gradient of the SDF at every held point (see seed_samples)."""
-    for slot, j in ti.ndrange(n_slots, points.shape[1]):
+    for slot, j in ti.ndrange(live_slots(slot_count, points.shape[0]), points.shape[1]):
         held_grad[slot, j] = points.grad[slot, j]
 
 
 @ti.kernel
 def shade_slots(theta_slots: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, slot_pos: ti.template(),
-                n_slots: ti.i32, held_t: ti.template(), held_mat: ti.template(), held_ao: ti.template(),
+                slot_count: ti.template(), held_t: ti.template(), held_mat: ti.template(), held_ao: ti.template(),
                 held_shadow: ti.template(), points: ti.template(), held_grad: ti.template(),
                 values: ti.template(), colour: ti.template(), ratio: ti.template()):
     """Taped: colour (lit, fogged) and edge ratio of every slot, from its samples (module docstring, 3.), into
     its pixel slot slot_pos[slot] of colour and ratio."""
     ti.loop_config(block_dim=64)
-    for slot in range(n_slots):
+    for slot in range(live_slots(slot_count, slot_pos.shape[0])):
         n_px = width * height
         pos = slot_pos[slot]
         layer = pos // n_px

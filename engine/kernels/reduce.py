@@ -6,7 +6,8 @@ These kernels add in an order fixed by the indices: blocks of BLOCK consecutive 
 in parallel, each left to right, then the block sums in index order. Sizes are runtime
 arguments (`n`), so one compiled kernel serves every image size up to its fields' size.
 
-- `broadcast_rows(src, n, dst, partial)`: dst[i, :] = src[:] for i < n. Its adjoint sums
+- `broadcast_rows(src, n, dst, partial)`: dst[i, :] = src[:] for i < n[None] (a 0-d int field: a count an
+  earlier kernel wrote, read on the device, so the host never waits for it). Its adjoint sums
   dst.grad over the rows into src.grad, in a fixed order: how a differentiated kernel
   gives every thread its own copy of the parameters (one gradient row each, no atomics
   shared between threads) and still gets one bit-reproducible parameter gradient.
@@ -24,24 +25,27 @@ BLOCK = 256
 
 
 @ti.kernel
-def broadcast_rows(src: ti.template(), n: ti.i32, dst: ti.template(), partial: ti.template()):
-    """dst[i, j] = src[j] for i < n. `partial` ((n + BLOCK - 1) // BLOCK rows at least) is the adjoint's scratch."""
-    for i, j in ti.ndrange(n, src.shape[0]):
+def broadcast_rows(src: ti.template(), n: ti.template(), dst: ti.template(), partial: ti.template()):
+    """dst[i, j] = src[j] for i < n[None] (at most dst's rows). `partial` (a row per BLOCK rows of dst) is the
+    adjoint's scratch."""
+    rows = ti.min(n[None], dst.shape[0])
+    for i, j in ti.ndrange(rows, src.shape[0]):
         dst[i, j] = src[j]
 
 
 @custom_adjoint(broadcast_rows)
 @ti.kernel
-def broadcast_rows_adjoint(src: ti.template(), n: ti.i32, dst: ti.template(), partial: ti.template()):
+def broadcast_rows_adjoint(src: ti.template(), n: ti.template(), dst: ti.template(), partial: ti.template()):
     """src.grad[j] += dst.grad[0, j] + ... + dst.grad[n-1, j], in blocks of BLOCK rows, blocks in order."""
-    for b, j in ti.ndrange((n + BLOCK - 1) // BLOCK, src.shape[0]):
+    rows = ti.min(n[None], dst.shape[0])
+    for b, j in ti.ndrange((rows + BLOCK - 1) // BLOCK, src.shape[0]):
         acc = dst.grad[b * BLOCK, j] * 0.0
-        for i in range(b * BLOCK, ti.min((b + 1) * BLOCK, n)):
+        for i in range(b * BLOCK, ti.min((b + 1) * BLOCK, rows)):
             acc += dst.grad[i, j]
         partial[b, j] = acc
     for j in range(src.shape[0]):
         acc = src.grad[j] * 0.0
-        for b in range((n + BLOCK - 1) // BLOCK):
+        for b in range((rows + BLOCK - 1) // BLOCK):
             acc += partial[b, j]
         src.grad[j] += acc
 
