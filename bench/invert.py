@@ -50,6 +50,7 @@ from engine.errors import UserError
 SIZES = ((256, 128), (512, 256), (1024, 512))
 T_TARGET = 0.5
 SEED = 2
+ADAM_LR = 0.01  # the Adam iterations' learning rate (`Ours.adam_iterations`)
 IMAGE_ATOL, IMAGE_MIN_SHARE = 1e-3, 0.999
 IMAGE_FAR, IMAGE_MAX_FAR_SHARE = 0.05, 1e-4  # at most 1 pixel in 10,000 off by more than 0.05
 LOSS_RTOL = 1e-3
@@ -177,6 +178,33 @@ class Ours:
         self.r.set_theta(theta)
         self.r.loss_and_gradient()
 
+    def adam_iterations(self, theta: np.ndarray, steps: int) -> float:
+        """ms per iteration of `steps` Adam iterations from theta that never wait for the device (the loss and the
+        gradient stay there, `ThetaAdam` steps on them: `invert --method adam`'s iteration), timed as one block
+        that ends at its one read; a warm-up step first (the optimiser's own kernels)."""
+        from engine import scene_theta
+        from engine.kernels.kinematics import N_THETA
+        from engine.theta_adam import ThetaAdam
+
+        self.r.set_theta(theta)
+        opt = ThetaAdam(self.r.theta, np.ones(N_THETA), *scene_theta.limits(), lr=ADAM_LR, history=steps)
+        try:
+            self.r.gradient_on_device()
+            opt.step(self.r.loss)
+            opt.read()
+            started = time.perf_counter()
+            for _ in range(steps):
+                self.r.gradient_on_device()
+                opt.step(self.r.loss)
+            rows = opt.read()
+            elapsed = time.perf_counter() - started
+        finally:
+            opt.destroy()
+        if not np.all(np.isfinite(rows)) or rows[:, 1].any():
+            raise RuntimeError("bench invert: an Adam iteration on the device had a loss or gradient that is not "
+                               "finite")
+        return elapsed * 1e3 / steps
+
     def profile(self, theta: np.ndarray, repeats: int) -> dict:
         """Medians (ms) of: march and hold alone (untaped), the whole taped forward, the backward."""
         r = self.r
@@ -280,9 +308,9 @@ def main(argv: list[str]) -> int:
             print(f"drjit not usable ({exc}); timing ours only")
     sizes = options.sizes
     truth, theta = start_theta()
-    rows, checks, firsts, profiles, views = [], [], [], {}, {}
+    rows, checks, firsts, profiles, views, adam = [], [], [], {}, {}, {}
     ours = Ours(max(w for w, _ in sizes), max(h for _, h in sizes))  # one compile serves every size
-    with bar(total=len(sizes) * (options.repeats + 1), desc="invert bench") as progress:
+    with bar(total=len(sizes) * (2 * options.repeats + 1), desc="invert bench") as progress:
         for width, height in sizes:
             size = f"{width}x{height}"
             first = {"ours": _timed(lambda: ours.set_view(width, height, truth))}
@@ -307,6 +335,8 @@ def main(argv: list[str]) -> int:
                     times["drjit"].append(_timed(lambda: peer.iteration(theta)))
                 progress.update(1)
             rows.append((size, times))
+            adam[size] = ours.adam_iterations(theta, options.repeats)
+            progress.update(options.repeats)
             if options.profile:
                 profiles[size] = ours.profile(theta, options.repeats)
     ti.reset()  # writes Taichi's offline cache now (the memory children warm their own first: `_memory`)
@@ -326,6 +356,10 @@ def main(argv: list[str]) -> int:
         lines.append(f"| {size} | {_stats(times['ours'])} | {_stats(times['drjit']) if peer else '-'} | "
                      f"{ratio:.2f} ({'ours faster' if ratio > 1 else 'Dr.Jit faster'}) |" if peer else
                      f"| {size} | {_stats(times['ours'])} | - | - |")
+    lines += ["", f"ours, an Adam iteration that never waits for the device (`invert --method adam`'s: the loss and "
+                  f"gradient stay there, Adam at lr {ADAM_LR:g} on every component steps on them; {options.repeats} "
+                  "iterations timed as one block ending at its one read; ms per iteration): "
+              + "; ".join(f"{size}: {ms:.1f}" for size, ms in adam.items())]
     lines += ["", "first call (set-up, target render, first iteration; compiles included; ms): "
               + "; ".join(f"{size}: ours {f['ours']:.0f}" + (f", Dr.Jit {f['drjit']:.0f}" if 'drjit' in f else "")
                           for size, f in firsts)]
