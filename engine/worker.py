@@ -19,7 +19,10 @@ What can go wrong, and what the caller gets (always one line in `str(exc)`):
 
 Workers ignore SIGINT: a Ctrl-C in the terminal reaches every process of the group, and
 the parent, not the worker, decides what stops (it closes its workers). A worker whose
-parent went away (its pipe closed) exits quietly.
+parent went away (its pipe closed) exits quietly. A busy worker asked to leave
+(`request_exit`: SIGUSR1) ends its call after the kernel it is compiling or running and
+leaves through Python's exit, which writes what it compiled to the kernel cache (the
+window's exit does this rather than kill a worker that is compiling).
 
 `kill` and `close` may be called any number of times, from any thread, also while another
 thread waits in `call` (the GUI closes a worker its link thread is using): the process is
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import signal
 import threading
 import time
@@ -66,10 +70,16 @@ class WorkerUserError(WorkerError, UserError):
     """The worker reported bad input or an unusable machine (its own `UserError`): exit code 2."""
 
 
+def _leave(signum: int, frame: Any) -> None:
+    """SIGUSR1 (`BackendWorker.request_exit`): leave through Python's exit, which writes the kernel cache."""
+    raise SystemExit(0)
+
+
 def _serve(conn, arch: str, kernels_prepared) -> None:
     """Child process: start the backend, then answer (name, inputs) requests until None or the pipe closes.
     kernels_prepared: a shared integer the child keeps at its count of kernels prepared (engine.kernel_count)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent shuts us down (see the module docstring)
+    signal.signal(signal.SIGUSR1, _leave)
     from engine import backend
 
     try:
@@ -264,8 +274,20 @@ class BackendWorker:
                 self._conn.close()
 
     def kill(self) -> None:
-        """Stop the worker now, even in the middle of a call (the GUI does this on exit). Idempotent."""
+        """Stop the worker now, even in the middle of a call. Idempotent."""
         self._kill()
+
+    def request_exit(self) -> None:
+        """Ask a worker that may be in a call to leave as soon as it is back in Python (after the kernel it compiles
+        or runs now), through Python's exit, so that what it compiled is written to the kernel cache (a kill loses
+        it). Returns at once: wait for `alive` to turn false, then `close` (or `kill` one that did not leave). The
+        caller of a call under way gets a WorkerError."""
+        pid = self._process.pid
+        if pid is not None and self._process.is_alive():
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
 
     def close(self) -> None:
         """Ask the worker to stop; kill it if it does not (at once if it is stopped, or if another thread is in a

@@ -310,3 +310,36 @@ def test_a_link_calls_on_answer_once_its_answer_is_queued():
     finally:
         link.close()
     assert seen == [1, 1]
+
+
+@pytest.mark.parametrize("ending", ["asked to leave", "killed"])
+def test_a_busy_worker_asked_to_leave_at_the_windows_exit_keeps_what_it_compiled(ending, tmp_path, monkeypatch):
+    """The window's exit asks every link to stop and a busy worker to leave after its current kernel
+    (`WorkerLink.request_stop`, SIGUSR1): it leaves through Python's exit, which writes the kernel cache. A worker
+    killed (the old exit, and one still running after the grace) leaves nothing: the contrast shows the test can
+    fail."""
+    from app.ui.links import Request, WorkerLink
+
+    monkeypatch.setenv("TI_OFFLINE_CACHE_FILE_PATH", str(tmp_path / "cache"))  # the worker inherits it
+    marker = tmp_path / "compiled"
+    link = WorkerLink("cpu", priorities=("work",))
+    link.start()
+    try:
+        link.send(Request("work", "tests.worker_faults:compile_then_hang", {"marker": str(marker)}))
+        deadline = time.monotonic() + 120.0
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists() and link.in_flight, link.status
+        worker = link._worker
+        if ending == "killed":
+            worker.kill()
+        link.request_stop()  # returns at once
+        link.close(wait_s=60.0)
+        assert not worker.alive
+    finally:
+        link.close()
+    cached = any(path.suffix == ".tic" for path in (tmp_path / "cache").rglob("*"))
+    if ending == "killed":
+        assert not cached and worker.exitcode == -9
+    else:
+        assert cached and worker.exitcode == 0, worker.exitcode

@@ -434,9 +434,9 @@ def run_app(options: AppOptions) -> AppRun:
     params.callbacks.show_menus = lambda: menus.draw_menus(state, params.docking_params.dockable_windows,
                                                            lambda: restore_default_layout(params))
     params.callbacks.before_swap = before_swap
-    def before_exit() -> None:
+    def before_exit() -> None:  # the window is still up: ask, do not wait (`controller.close` below waits)
         _window_up(False)
-        controller.close()
+        controller.request_stop()
 
     params.callbacks.before_exit = before_exit
     controller.start(state)

@@ -50,6 +50,9 @@ GRAD_PARITY_EVERY_S = 2.0  # the live fit's gradients are compared across backen
 INVERT_BATCH_S = 0.3  # a running inverse render returns to the link this often
 INVERT_IMAGE_EVERY_S = 1.0  # ...and renders its images for the panel at most this often (a render costs 2/3 of a step)
 INVERT_MAX_STEPS = 1_000_000  # a running batch's step limit: its time budget ends it
+# how long the window's exit waits for busy workers to leave after their current kernel (the longest compiles in ~8 s
+# on 2 quiet cores): one that leaves writes what it compiled to the kernel cache, one killed after this loses it
+EXIT_GRACE_S = 12.0
 INVERT_VIEW = (256, 128)  # the inverse render panel's resolution: the claim's (at 128x64 the arm is too thin to recover)
 INVERT_TIMEOUT_S = 1800.0  # a cold start compiles the differentiable renderer: minutes on a loaded 2-core machine
 MIN_RENDER_PX = 32
@@ -146,10 +149,23 @@ class Controller:
             state.commands.append(invert_reset_command(state))
             state.commands.append(reset_command(state))
 
-    def close(self) -> None:
-        self.primary.close()
-        self.parity.close()
-        self.render_grad.close()
+    def request_stop(self) -> None:
+        """Tell every link to stop and every busy worker to leave after its current kernel; returns at once (the
+        window calls this as it closes, and `close` after it has gone)."""
+        for link in self.links:
+            link.request_stop()
+
+    def close(self, grace_s: float = EXIT_GRACE_S) -> None:
+        """Stop every link; a worker still running `grace_s` after the stop request (a kernel still compiling) is
+        killed, and what it was compiling is lost."""
+        self.request_stop()
+        deadline = time.monotonic() + grace_s
+        for link in self.links:
+            link.close(wait_s=max(deadline - time.monotonic(), 0.1))
+
+    @property
+    def links(self) -> tuple:
+        return self.primary, self.parity, self.render_grad
 
     # --- once per frame -------------------------------------------------------------------------
     def tick(self, state: AppState, dt: float) -> None:

@@ -164,14 +164,22 @@ class WorkerLink:
             self.status = "ready"
         self._worker.close()
 
-    def close(self, wait_s: float = 2.0) -> None:
-        """Stop the thread; a worker still busy after `wait_s` is killed."""
+    def request_stop(self) -> None:
+        """Ask the thread to stop, and a worker busy in a call to leave after the kernel it is compiling or running
+        (through its exit, which writes the kernels it compiled to the cache: `BackendWorker.request_exit`); returns
+        at once. `close` then waits."""
         with self._wake:
             self._stop = True
             self._wake.notify()
+        if self.in_flight and self._worker is not None:
+            self._worker.request_exit()
+
+    def close(self, wait_s: float = 2.0) -> None:
+        """Stop the thread (`request_stop`); a worker still running after `wait_s` is killed."""
+        self.request_stop()
         if not self.started:
             return
         self._thread.join(wait_s)
         if self._thread.is_alive() and self._worker is not None:
             self._worker.kill()
-            self._thread.join(wait_s)
+            self._thread.join(2.0)
