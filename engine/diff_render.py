@@ -18,7 +18,7 @@ One evaluation on the tape:
 
 1. custom step "render: march (untaped)": the kinematics once (`kinematics`), `march_pixels`, and
    `reduce.compact`: the slots that exist (hits, edge layers within reach), listed in order;
-   only those are stored and computed from here on (SLOTS_PER_PIXEL of room per pixel);
+   only those are stored and computed from here on (`slot_capacity` of room);
 2. `broadcast_rows` theta -> one row per slot (declared adjoint: fixed-order row sums); custom
    step "render: hold (untaped)": `hold` (which also evaluates the SDF at the held points), and
    the samples' adjoint with unit seeds (Taichi's `sdf_samples.grad` at those rows): the spatial
@@ -62,10 +62,12 @@ from engine.launch import custom, dispatch, launch, recording
 from engine.render import Camera, camera_params, check_size
 
 MAX_LEVELS = 4  # pyramid levels allocated (level l is 2^l times coarser)
-# Slots allocated per pixel (`raymarch_grad.march_pixels` / `reduce.compact`): the hit (at most one per pixel) and
-# room for edge layers on half the pixels (measured at 1024x512: edge layers on 1.7 % of the pixels).
-# A view with more drops the edge layers past the room (logged), rather than allocate 3 slots per pixel.
-SLOTS_PER_PIXEL = 1.5
+# Slots allocated (`raymarch_grad.march_pixels` / `reduce.compact`): one per pixel for its hit (at most one), and room
+# for edge layers in proportion to the image's width + height, as silhouettes grow: measured over 5 cameras (distance
+# 1.2 to 20), t = 0..1 and edge widths 1-8 at 64x32 to 1024x512, at most 21-35 edge slots per pixel of width +
+# height, growing slowly with the size (docs/RESULTS.md). A view with more drops the edge layers past the room
+# (logged). It was 1.5 slots per pixel: too few at 64x32 (1.95 used), 0.45 per pixel wasted at 1024x512 (1.06).
+EDGE_SLOTS_PER_SPAN = 48
 COMPARE_KINDS = ("diff", "forward")  # which image the loss compares with the target (DiffRenderer.set_compare)
 DEFAULT_KAPPA = 8.0  # soft-minimum sharpness over a pixel's edge layers: ratios within ~1/8 pixel footprint blend
 
@@ -89,7 +91,7 @@ class DiffRenderer:
         self.max_width, self.max_height = int(max_width), int(max_height)
         self.lanes = lanes or lanes_for(backend.arch_in_use())
         max_px = self.max_width * self.max_height
-        max_slots = int(max_px * SLOTS_PER_PIXEL)  # compact slots: only those that exist (`_march`)
+        max_slots = slot_capacity(self.max_width, self.max_height)  # compact slots: those that exist (`_march`)
         self._slots_read: int | None = None  # `n_slots` once read back from the device for this evaluation
         # three groups, each within one Vulkan storage buffer at 512x256 (engine.fields.VULKAN_MAX_BYTES)
         g = FieldGroup()
@@ -443,6 +445,12 @@ class DiffRenderer:
     def destroy(self) -> None:
         for g in self.groups:
             g.destroy()
+
+
+def slot_capacity(width: int, height: int) -> int:
+    """The slots a renderer for views up to width x height allocates: a hit per pixel and EDGE_SLOTS_PER_SPAN edge
+    layers per pixel of width + height, at most every layer of every pixel."""
+    return min(width * height + EDGE_SLOTS_PER_SPAN * (width + height), raymarch_grad.N_LAYERS * width * height)
 
 
 _shared: dict[tuple[int, int], DiffRenderer] = {}
