@@ -72,6 +72,7 @@ def test_invert_from_a_png_the_forward_renderer_wrote(tmp_path):
     assert result.returncode == 1, result.stderr
     record = json.loads((out / "invert.json").read_text())
     assert record["arch"] == "cpu" and record["steps"] == 6 and len(record["losses"]) == 6
+    assert record["adam"] == {"iterations": 6, "discarded_gradients": 0}
     assert record["status"] == "not_converged" and "truth_criterion" not in record["verdict"]  # a picture: its residual
     assert record["verdict"]["decided_by"].startswith("image")
     assert record["settings"]["compare"] == "forward"  # a PNG is matched through the renderer that wrote it

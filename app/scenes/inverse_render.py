@@ -583,6 +583,8 @@ class Recovery:
         self.identify_final: Identifiability | None = None
         self.identify_truth: Identifiability | None = None  # at the truth, when known: what the target shows
         self.multistart: dict = {"starts": 1}
+        # Adam's iterations (method adam) and those whose loss or gradient was not finite (no step from it)
+        self.adam_record: dict = {"iterations": 0, "discarded_gradients": 0}
         self.search_record: dict = {"evaluations": 0}
         self.lm_record: dict = {"steps": 0}
         self.hops_done = 0
@@ -836,6 +838,7 @@ class Recovery:
                 runs.append({"yaw_offset_deg": offset, "iterations": inv.iteration,
                              "image_loss": self._check(inv.r, inv.theta())})
             finally:
+                self._count_adam(inv)
                 inv.destroy()
         picked = min(range(len(runs)), key=lambda k: runs[k]["image_loss"])
         self.multistart = {"starts": starts, "iterations": short, "runs": runs, "picked": picked,
@@ -868,8 +871,17 @@ class Recovery:
                         best, best_loss = theta, value
                 yield "Adam"
         finally:
+            self._count_adam(inv)
             inv.destroy()
         return best
+
+    def _count_adam(self, inv: InverseRender) -> None:
+        """Add a finished Adam run's iterations to `adam_record`; warn of those whose gradient was not finite."""
+        self.adam_record["iterations"] += inv.iteration
+        self.adam_record["discarded_gradients"] += inv.skipped
+        if inv.skipped:
+            log.warning("%d of %d Adam iterations had a loss or gradient that was not finite: they moved by "
+                        "momentum only", inv.skipped, inv.iteration)
 
     def _polish(self, r, start: np.ndarray) -> Iterator[str]:
         """Levenberg-Marquardt from `start` on Huber's loss, its threshold lowered in stages (`POLISH_THRESHOLDS`)
