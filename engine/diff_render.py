@@ -307,6 +307,10 @@ class DiffRenderer:
 
     @property
     def n_slots(self) -> int:
+        """The slots of the last evaluation (`read_slots`)."""
+        return self.read_slots()
+
+    def read_slots(self) -> int:
         """The slots of the last evaluation, read back from the device (one wait, once per evaluation); logs a
         warning when the view had more than the fields' room (its last edge layers were dropped)."""
         if self._slots_read is None:
@@ -373,7 +377,7 @@ class DiffRenderer:
             self.record()
         finally:
             self.has_target = has_target
-        self.n_slots  # the host waits here anyway: warn of dropped edge layers, if any
+        self.read_slots()  # the host waits here anyway: warn of dropped edge layers, if any
         return self.image_numpy()
 
     def image_numpy(self, field=None) -> np.ndarray:
@@ -383,7 +387,7 @@ class DiffRenderer:
     def loss_and_gradient(self) -> tuple[float, np.ndarray]:
         """Loss against the target at the current theta, and d loss / d theta (float64 copy of the f32 gradient)."""
         self.gradient_on_device()
-        self.n_slots  # the host waits here anyway: warn of dropped edge layers, if any
+        self.read_slots()  # the host waits here anyway: warn of dropped edge layers, if any
         return float(self.loss[None]), self.theta.grad.to_numpy().astype(np.float64)
 
     def gradient_on_device(self) -> None:

@@ -71,7 +71,9 @@ class WorkerUserError(WorkerError, UserError):
 
 
 def _leave(signum: int, frame: Any) -> None:
-    """SIGUSR1 (`BackendWorker.request_exit`): leave through Python's exit, which writes the kernel cache."""
+    """SIGUSR1 (`BackendWorker.request_exit`): leave through Python's exit, which writes the kernel cache. A second
+    request (the window's exit asks more than once) is ignored: raised during that exit, it would cut the write."""
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     raise SystemExit(0)
 
 

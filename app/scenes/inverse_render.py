@@ -341,13 +341,17 @@ class InverseRender:
         """Iterations since the last `read`."""
         return self.opt.unread
 
+    def read_due(self, iterations: int) -> bool:
+        """Whether the host reads now, in a run of `iterations`: every `settings.check_every`-th and the last."""
+        return self.unread == self.settings.check_every or self.iteration == iterations
+
     def read(self) -> list[tuple[float, np.ndarray]]:
         """(loss, theta after the step) of every iteration since the last read, in one wait for the device."""
         rows = self.opt.read()
         self.skipped += int(rows[:, DISCARDED].sum())
         self.losses.extend(rows[:, LOSS].tolist())
         if len(rows):
-            self.r.n_slots  # warn if the last evaluation had to drop edge layers (engine.diff_render)
+            self.r.read_slots()  # warns if the last evaluation had to drop edge layers
         return [(float(row[LOSS]), row[THETA:].copy()) for row in rows]
 
     def theta(self) -> np.ndarray:
@@ -831,7 +835,7 @@ class Recovery:
             try:
                 while inv.iteration < short:
                     inv.step()
-                    if inv.unread == s.check_every or inv.iteration == short:
+                    if inv.read_due(short):
                         for loss, theta in inv.read():
                             self._record(loss, theta)
                     yield "multi-start"
@@ -855,7 +859,7 @@ class Recovery:
                 inv.step()  # launches only: the host reads the iterations at each check (every s.check_every)
                 if 0 < inv.iteration < s.iterations and inv.iteration % max(s.iterations // s.cycles, 1) == 0:
                     self.marks.append((self.step_count + inv.unread, "Adam: warm restart of the schedule"))
-                if inv.iteration % s.check_every == 0 or inv.iteration == s.iterations:
+                if inv.read_due(s.iterations):
                     for loss, theta in inv.read():
                         self._record(loss, theta)
                     moved = np.max(np.abs(theta - self.start) / tolerance_scale(self.start))
