@@ -69,6 +69,10 @@ MAX_LEVELS = 4  # pyramid levels allocated (level l is 2^l times coarser)
 # (logged). It was 1.5 slots per pixel: too few at 64x32 (1.95 used), 0.45 per pixel wasted at 1024x512 (1.06).
 EDGE_SLOTS_PER_SPAN = 48
 COMPARE_KINDS = ("diff", "forward")  # which image the loss compares with the target (DiffRenderer.set_compare)
+# Per-slot sample fields are laid out sample by sample ((slot, j) indexed, j outermost in memory): each of the six
+# `sdf_samples` launches (and `keep_jacobian`'s) then streams through one contiguous block instead of touching every
+# cache line of the whole field for 12 of its 72 bytes (measured at 1024x512: docs/RESULTS.md)
+SAMPLE_MAJOR = (1, 0)
 DEFAULT_KAPPA = 8.0  # soft-minimum sharpness over a pixel's edge layers: ratios within ~1/8 pixel footprint blend
 
 
@@ -116,11 +120,11 @@ class DiffRenderer:
         self.held_mat = g.field(ti.i32, (max_slots,))
         self.held_ao = g.field(ti.f32, (max_slots,))
         self.held_shadow = g.field(ti.f32, (max_slots,))
-        self.points = g.vector(3, ti.f32, (max_slots, raymarch_grad.N_SAMPLES), needs_grad=True)
-        self.held_grad = g.vector(3, ti.f32, (max_slots, raymarch_grad.N_SAMPLES))
+        self.points = g.vector(3, ti.f32, (max_slots, raymarch_grad.N_SAMPLES), needs_grad=True, order=SAMPLE_MAJOR)
+        self.held_grad = g.vector(3, ti.f32, (max_slots, raymarch_grad.N_SAMPLES), order=SAMPLE_MAJOR)
         g = FieldGroup()
         self.groups.append(g)
-        self.values = g.field(ti.f32, (max_slots, raymarch_grad.N_SAMPLES), needs_grad=True)
+        self.values = g.field(ti.f32, (max_slots, raymarch_grad.N_SAMPLES), needs_grad=True, order=SAMPLE_MAJOR)
         self.colour = g.vector(3, ti.f32, (raymarch_grad.N_LAYERS * max_px,), needs_grad=True)  # per pixel slot
         self.ratio = g.field(ti.f32, (raymarch_grad.N_LAYERS * max_px,), needs_grad=True)
         self.soft_ratio = g.field(ti.f32, (max_px,), needs_grad=True)
@@ -145,7 +149,8 @@ class DiffRenderer:
         # the same reason
         g = FieldGroup()
         self.groups.append(g)
-        self.jacobian = g.field(ti.f32, (max_slots, raymarch_grad.N_SAMPLES, raymarch_grad.N_GEO))
+        self.jacobian = g.field(ti.f32, (max_slots, raymarch_grad.N_SAMPLES, raymarch_grad.N_GEO),
+                                 order=(*SAMPLE_MAJOR, 2))
         # theta's kinematics, packed (`raymarch.load_scene`), for the hold
         self.scene = g.field(ti.f32, (raymarch.N_PARAMS,))
         for g in self.groups:

@@ -49,12 +49,17 @@ class FieldGroup:
         self.nbytes = 0  # what the declared fields (and their gradients) take
         self._fields: list[Any] = []  # every field placed here and its gradient: what `destroy` frees
 
-    def _place(self, field: Any, shape: tuple[int, ...], needs_grad: bool) -> Any:
+    def _place(self, field: Any, shape: tuple[int, ...], needs_grad: bool, order: tuple[int, ...] | None) -> Any:
         if self._tree is not None:
             raise RuntimeError("FieldGroup is finalized: declare every field before finalize()")
         if any(n <= 0 for n in shape):
             raise ValueError(f"field shape {shape} must be positive")
-        parent = self._builder.dense(ti.axes(*range(len(shape))), shape) if shape else self._builder
+        if order is None:
+            parent = self._builder.dense(ti.axes(*range(len(shape))), shape) if shape else self._builder
+        else:
+            parent = self._builder
+            for axis in order:  # outermost first: the last axis named varies fastest in memory
+                parent = parent.dense(ti.axes(axis), shape[axis])
         parent.place(field, field.grad) if needs_grad else parent.place(field)
         self._fields += [field, field.grad] if needs_grad else [field]
         self.nbytes += int(np.prod(shape, dtype=np.int64)) * self._item_bytes(field) * (2 if needs_grad else 1)
@@ -65,11 +70,18 @@ class FieldGroup:
         lanes = getattr(field, "n", 1) * getattr(field, "m", 1)
         return lanes * (8 if field.dtype in (ti.f64, ti.i64, ti.u64) else 4)
 
-    def field(self, dtype: Any, shape: tuple[int, ...] = (), needs_grad: bool = False) -> Any:
-        return self._place(ti.field(dtype, needs_grad=needs_grad), shape, needs_grad)
+    def field(self, dtype: Any, shape: tuple[int, ...] = (), needs_grad: bool = False,
+              order: tuple[int, ...] | None = None) -> Any:
+        """A scalar field (and its gradient, with `needs_grad`). `order`: the axes' nesting in memory, outermost
+        first (default: row-major, `(0, 1, ...)`); indexing is the same whatever the order."""
+        _check_order(shape, order)
+        return self._place(ti.field(dtype, needs_grad=needs_grad), shape, needs_grad, order)
 
-    def vector(self, n: int, dtype: Any, shape: tuple[int, ...], needs_grad: bool = False) -> Any:
-        return self._place(ti.Vector.field(n, dtype, needs_grad=needs_grad), shape, needs_grad)
+    def vector(self, n: int, dtype: Any, shape: tuple[int, ...], needs_grad: bool = False,
+               order: tuple[int, ...] | None = None) -> Any:
+        """A field of n-vectors; `needs_grad` and `order` as `field`."""
+        _check_order(shape, order)
+        return self._place(ti.Vector.field(n, dtype, needs_grad=needs_grad), shape, needs_grad, order)
 
     def finalize(self) -> "FieldGroup":
         if self.nbytes > VULKAN_MAX_BYTES and taichi_private.arch() == ti.vulkan:
@@ -97,6 +109,13 @@ class FieldGroup:
             for kernel, instances in kept:
                 kernel.compiled_kernels.update(instances)
             self._tree = None
+
+
+def _check_order(shape: tuple[int, ...], order: tuple[int, ...] | None) -> None:
+    """Refuse an `order` that is not a permutation of shape's axes, before a field is made (Taichi refuses every
+    later kernel while a field it made is left unplaced)."""
+    if order is not None and sorted(order) != list(range(len(shape))):
+        raise ValueError(f"order {order} must list the axes of shape {shape}, each once")
 
 
 def _instances_without(kernel: Any, freed: set[int]) -> set[int]:
