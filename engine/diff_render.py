@@ -346,8 +346,9 @@ class DiffRenderer:
             if jacobian:
                 launch(raymarch_grad.keep_jacobian, self.theta_slots, count, j, self.jacobian)
         launch(raymarch_grad.hold_gradients, self.points, count, self.held_grad)
-        for grad in (self.points.grad, self.values.grad):
-            launch(fill_counted_rows, grad, count, 0.0)
+        # the samples' adjoints start from zero on the tape (`_samples_adjoint` reads values.grad); points.grad is
+        # read by nothing after this copy, and zeroed above before the next hold's seeds
+        launch(fill_counted_rows, self.values.grad, count, 0.0)
 
     def _forward_image(self) -> None:
         """Untaped: theta's kinematics and the camera packed on the device, and the forward renderer's frame."""

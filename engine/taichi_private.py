@@ -50,7 +50,7 @@ __all__ = [
     "ASTTransformerContext", "AutodiffMode", "BoundedDifferentiableMethod", "CoreSNode", "Field", "Kernel", "Layout",
     "MatrixField", "MatrixType", "Ndarray", "Program", "StructType", "arch", "config", "cook_dtype", "cpu_threads",
     "default_offline_cache_dir", "get_runtime", "is_tensor_expr", "kernel_impl", "kernels", "materialize_key",
-    "program",
+    "memory_order", "program",
 ]
 
 CoreSNode = _core.SNode  # the C++ SNode (a `Field`'s `.snode.ptr`), as a kernel's template key may hold it
@@ -103,3 +103,18 @@ def materialize_key(kernel: Kernel, key: Any = None) -> Any:
 def default_offline_cache_dir() -> str:
     """Taichi's default folder for its offline kernel cache (`TI_OFFLINE_CACHE_FILE_PATH` overrides it in ti.init)."""
     return _impl.default_cfg().offline_cache_file_path
+
+
+def memory_order(field: Any) -> tuple[int, ...]:
+    """A dense field's axes as laid out in memory, outermost first: (0, 1, ...) for row-major; (1, 0) for a
+    field placed axis 1 outside axis 0 (engine.fields.FieldGroup's `order`). Read from its SNodes' index
+    positions, from the root down."""
+    chain, node = [], field.snode.parent()
+    while node is not None and node.parent() is not None:
+        chain.append(node)
+        node = node.parent()
+    order: list[int] = []
+    for node in reversed(chain):
+        order += [axis for axis in node._physical_index_position().values() if axis not in order]
+    return tuple(order)
+

@@ -45,3 +45,26 @@ def test_an_order_must_name_each_axis_once(ti_cpu, order):
         g.field(ti.f32, (5, 6), order=order)
     g.field(ti.f32, (5, 6), order=(1, 0))  # the group stays usable (Taichi refuses kernels while a builder is open)
     g.finalize().destroy()
+
+
+@pytest.mark.parametrize("order", [None, (1, 0)])
+def test_a_counted_fill_sets_exactly_the_first_rows_in_either_order(ti_cpu, order):
+    from engine.autodiff.grad_kernels import fill_counted_rows, fill_rows
+    from engine.launch import dispatch
+
+    g = FieldGroup()
+    samples = g.vector(3, ti.f32, (7, 6), order=order)
+    count = g.field(ti.i32, ())
+    g.finalize()
+    try:
+        samples.from_numpy(np.ones((7, 6, 3), np.float32))
+        count[None] = 3
+        dispatch(fill_counted_rows, (samples, count, 0.0))
+        expected = np.ones((7, 6, 3), np.float32)
+        expected[:3] = 0.0
+        np.testing.assert_array_equal(samples.to_numpy(), expected)
+        dispatch(fill_rows, (samples, 5, 2.0))
+        expected[:5] = 2.0
+        np.testing.assert_array_equal(samples.to_numpy(), expected)
+    finally:
+        g.destroy()

@@ -324,6 +324,19 @@ def _private_name_checks(scalar, vector) -> dict:
 
         assert kernel() == 6.0 and seen == [True, False], seen
 
+    def memory_order():  # engine.autodiff.grad_kernels fills a sample-major field in its memory order
+        from engine.fields import FieldGroup
+
+        group = FieldGroup()
+        fields = [group.field(ti.f32, (3, 4, 5), order=order) for order in ((0, 1, 2), (1, 0, 2), (2, 0, 1))]
+        plain = group.vector(3, ti.f32, (3, 4))
+        group.finalize()
+        try:
+            assert [private.memory_order(f) for f in fields] == [(0, 1, 2), (1, 0, 2), (2, 0, 1)]
+            assert private.memory_order(plain) == (0, 1)
+        finally:
+            group.destroy()
+
     return {"Kernel": kernel, "BoundedDifferentiableMethod": bounded_method, "AutodiffMode": autodiff_mode,
             "Layout": layout, "Ndarray": ndarray, "Field": field, "MatrixField": matrix_field,
             "MatrixType": matrix_type, "StructType": struct_type, "cook_dtype": cook_dtype, "CoreSNode": core_snode,
@@ -332,7 +345,7 @@ def _private_name_checks(scalar, vector) -> dict:
             "program": program, "kernels": kernels, "materialize_key": materialize_key,
             "default_offline_cache_dir": default_offline_cache_dir,
             "kernel_impl": kernel_impl, "ASTTransformerContext": ast_transformer_context,
-            "is_tensor_expr": is_tensor_expr}
+            "is_tensor_expr": is_tensor_expr, "memory_order": memory_order}
 
 
 def test_every_private_taichi_name_exists_and_behaves_as_relied_upon(ti_cpu):

@@ -8,6 +8,8 @@ Chamfer (engine/chamfer_loss.py) zeroes its loss and its integer counters with i
 """
 import taichi as ti
 
+from engine.taichi_private import memory_order
+
 
 @ti.kernel
 def fill_value(buffer: ti.template(), value: ti.f64):
@@ -41,5 +43,11 @@ def fill_counted_rows(buffer: ti.template(), count: ti.template(), value: ti.f64
 
 @ti.func
 def _fill_first(buffer: ti.template(), rows: ti.i32, value: ti.f64):
-    for I in ti.grouped(ti.ndrange(rows, *buffer.shape[1:])):
-        buffer[I] = ti.cast(value, buffer.dtype)
+    if ti.static(memory_order(buffer)[0] == 0):
+        for I in ti.grouped(ti.ndrange(rows, *buffer.shape[1:])):
+            buffer[I] = ti.cast(value, buffer.dtype)
+    else:  # a sample-major (slots, samples) field: a loop over the rows per sample, so the writes run in memory order
+        ti.static_assert(len(buffer.shape) == 2, "a counted fill of a reordered field takes (rows, columns) only")
+        for j in ti.static(range(buffer.shape[1])):
+            for row in range(rows):
+                buffer[row, j] = ti.cast(value, buffer.dtype)
