@@ -34,6 +34,7 @@ REGISTRY: dict[str, str] = {
     "render_jacobian": "engine.checks.render_checks:run_render_jacobian",
     "gradients_after_views": "engine.checks.render_checks:run_gradients_after_views",
     "packets_vs_one_ray": "engine.checks.render_checks:run_packets_vs_one_ray",
+    "bands_vs_one_band": "engine.checks.render_checks:run_bands_vs_one_band",
     "adjoint_checks": "engine.checks.adjoint_checks:run_adjoint_checks",
     "soft_min_stability": "engine.checks.adjoint_checks:run_soft_min_stability",
     "kinematics_check": "engine.checks.adjoint_checks:run_kinematics_check",

@@ -68,6 +68,11 @@ MAX_LEVELS = 4  # pyramid levels allocated (level l is 2^l times coarser)
 # height, growing slowly with the size (docs/RESULTS.md). A view with more drops the edge layers past the room
 # (logged). It was 1.5 slots per pixel: too few at 64x32 (1.95 used), 0.45 per pixel wasted at 1024x512 (1.06).
 EDGE_SLOTS_PER_SPAN = 48
+# A view of more pixels than BAND_PIXELS renders in bands of rows, one after another, each with the fields of a band
+# (memory: the per-slot state of a 1024x512 view was 400 MiB at once; docs/RESULTS.md); a band starts on a multiple of
+# BAND_ALIGN rows so that every pyramid level of the loss splits at the bands' edges (level l halves rows l times)
+BAND_PIXELS = 512 * 256
+BAND_ALIGN = 1 << (MAX_LEVELS - 1)
 COMPARE_KINDS = ("diff", "forward")  # which image the loss compares with the target (DiffRenderer.set_compare)
 # Per-slot sample fields are laid out sample by sample ((slot, j) indexed, j outermost in memory): each of the six
 # `sdf_samples` launches (and `keep_jacobian`'s) then streams through one contiguous block instead of touching every
@@ -87,15 +92,19 @@ def _already_evaluated() -> None:
 class DiffRenderer:
     """See the module docstring."""
 
-    def __init__(self, max_width: int = 256, max_height: int = 128, lanes: int | None = None):
+    def __init__(self, max_width: int = 256, max_height: int = 128, lanes: int | None = None,
+                 band_pixels: int = BAND_PIXELS):
         """max_width, max_height: the largest view (fields are allocated for it); lanes: pixels and slots per
         thread of the untaped march and hold (None: the backend's packet width, `engine.kernels.lanes.lanes_for`;
-        the result is the same bit for bit at any width)."""
+        the result is the same bit for bit at any width); band_pixels: a larger view renders in bands of rows of
+        at most this many pixels (`band_rows`), and the per-pixel and per-slot fields are allocated for a band."""
         check_size(max_width, max_height)
         self.max_width, self.max_height = int(max_width), int(max_height)
         self.lanes = lanes or lanes_for(backend.arch_in_use())
-        max_px = self.max_width * self.max_height
-        max_slots = slot_capacity(self.max_width, self.max_height)  # compact slots: those that exist (`_march`)
+        self.band_rows = band_rows(self.max_width, self.max_height, band_pixels)
+        view_px = self.max_width * self.max_height
+        max_px = self.max_width * self.band_rows  # a band's pixels: every per-pixel field below but the view's own
+        max_slots = slot_capacity(self.max_width, self.max_height, self.band_rows)  # compact slots (`_march`)
         self._slots_read: int | None = None  # `n_slots` once read back from the device for this evaluation
         # three groups, each within one Vulkan storage buffer at 512x256 (engine.fields.VULKAN_MAX_BYTES)
         g = FieldGroup()
@@ -133,9 +142,9 @@ class DiffRenderer:
         self.images, self.targets, self.weights, self.terms, self.dloss, self.partials = [], [], [], [], [], []
         for level in range(MAX_LEVELS):
             n = max(max_px >> (2 * level), 1)
-            self.images.append(g.vector(3, ti.f32, (n,), needs_grad=True))
-            self.targets.append(g.vector(3, ti.f32, (n,)))
-            self.weights.append(g.field(ti.f32, (n,)))
+            self.images.append(g.vector(3, ti.f32, (n,), needs_grad=True))  # a band's pyramid (the loss's)
+            self.targets.append(g.vector(3, ti.f32, (max(view_px >> (2 * level), 1),)))  # the view's
+            self.weights.append(g.field(ti.f32, (max(view_px >> (2 * level), 1),)))
             self.terms.append(g.field(ti.f32, (n,), needs_grad=True))
             self.dloss.append(g.vector(3, ti.f32, (n,)))
             self.partials.append(g.field(ti.f64, (-(-n // reduce.BLOCK),)))
@@ -153,11 +162,18 @@ class DiffRenderer:
                                  order=(*SAMPLE_MAJOR, 2))
         # theta's kinematics, packed (`raymarch.load_scene`), for the hold
         self.scene = g.field(ti.f32, (raymarch.N_PARAMS,))
+        # the view's images, band after band: the compared one and the differentiable render's own
+        g = FieldGroup()
+        self.groups.append(g)
+        self.frame = g.vector(3, ti.f32, (view_px,))
+        self.diff_frame = g.vector(3, ti.f32, (view_px,))
+        self.most_slots = g.field(ti.i32, ())  # the most slots of any band of the evaluation (`read_slots`)
         for g in self.groups:
             g.finalize()
         self.image = self.images[0]
         self.tape = Tape()
         self.width = self.height = 0
+        self._band = (0, 0)  # the band being recorded: (first row, rows)
         self.edge_px = 1.0  # soft edges span this many pixel footprints
         self.kappa = DEFAULT_KAPPA
         self.loss_kind = image_loss.L2
@@ -242,17 +258,36 @@ class DiffRenderer:
     def n_px(self) -> int:
         return self.width * self.height
 
+    def bands(self) -> list[tuple[int, int]]:
+        """The current view's bands of rows, top to bottom: (first row, rows); one when the view fits a band."""
+        return [(row0, min(self.band_rows, self.height - row0)) for row0 in range(0, self.height, self.band_rows)]
+
     def _level_size(self, level: int) -> tuple[int, int]:
         return max(self.width >> level, 1), max(self.height >> level, 1)
 
-    def record(self) -> None:
-        """The image, and the loss if a target is set, as launches on the active tape (or just run)."""
+    def _band_level(self, level: int, row0: int, rows: int) -> tuple[int, int]:
+        """Pyramid level `level`'s rows of band (row0, rows): its first row there and its rows (bands start on a
+        multiple of BAND_ALIGN rows, so each level's rows split exactly at the bands' edges)."""
+        if rows == self.height:
+            return 0, self._level_size(level)[1]
+        return row0 >> level, ((row0 + rows) >> level) - (row0 >> level)
+
+    def record(self, row0: int = 0, rows: int | None = None) -> None:
+        """Band (row0, rows) of the image (default: the whole view, one band), and its part of the loss if a target
+        is set, as launches on the active tape (or just run). The loss is zeroed by the first band (row0 0) and
+        each band adds its part; a view of several bands also gets each band's image into `frame`."""
         if not self.width:
             raise RuntimeError("DiffRenderer: set_view first")
+        rows = self.height if rows is None else rows
+        if rows > self.band_rows:
+            raise RuntimeError(f"a band of {rows} rows: this renderer's bands hold {self.band_rows}; record each of "
+                               f"`bands()`")
         self._kept = None
-        n_px = self.n_px
+        self._band = (row0, rows)
+        n_px = self.width * rows
         custom("render: march (untaped)", self._march, _no_adjoint, reads=[self.theta],
-               writes=[self.scene, self.active, self.march_t, self.march_edges, self.slot_pos, self.slot_count])
+               writes=[self.scene, self.active, self.march_t, self.march_edges, self.slot_pos, self.slot_count,
+                       self.most_slots])
         if self.tape.recording:
             self.taped_count.copy_from(self.slot_count)  # on the device: no wait
             self._declare_used_rows()
@@ -265,28 +300,35 @@ class DiffRenderer:
                        self.held_grad, self.jacobian])
         custom("render: SDF at the held points", _already_evaluated, self._samples_adjoint,
                reads=[self.theta_slots, self.points, self.jacobian], writes=[self.values])
-        launch(raymarch_grad.shade_slots, self.theta_slots, self.cam, self.width, self.height, self.slot_pos,
-               self.slot_count, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.held_grad,
-               self.values, self.colour, self.ratio, name="render: shade slots (Newton step, edges, shadows)")
+        launch(raymarch_grad.shade_slots, self.theta_slots, self.cam, self.width, self.height, row0, rows,
+               self.slot_pos, self.slot_count, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
+               self.held_grad, self.values, self.colour, self.ratio,
+               name="render: shade slots (Newton step, edges, shadows)")
         launch(soft_min_layers, self.ratio, self.colour, self.active, n_px, self.kappa, self.soft_ratio,
                self.soft_colour, self.weight, name="render: soft minimum over edge layers")
         forward = self.compare == "forward"
         launch(raymarch_grad.compose, self.colour, self.active, self.soft_ratio, self.soft_colour, self.cam, self.width,
-               self.height, self.edge_px, self.diff_image if forward else self.image, name="render: compose and tone-map")
+               self.height, row0, rows, self.edge_px, self.diff_image if forward else self.image,
+               name="render: compose and tone-map")
         if forward:
-            custom("render: the forward renderer's image (untaped)", self._forward_image, _no_adjoint,
-                   reads=[self.theta, self.cam], writes=[self._forward.prm_buffer, self._forward.rgb_buffer])
-            launch(substitute_image, self.diff_image, self._forward.rgb_buffer, n_px, self.image,
+            if row0 == 0:
+                custom("render: the forward renderer's image (untaped)", self._forward_image, _no_adjoint,
+                       reads=[self.theta, self.cam], writes=[self._forward.prm_buffer, self._forward.rgb_buffer])
+            launch(substitute_image, self.diff_image, self._forward.rgb_buffer, row0 * self.width, n_px, self.image,
                    name="render: forward image, differentiable gradient")
         if self.has_target:
-            self._record_loss()
+            self._record_loss(row0, rows)
+        if len(self.bands()) > 1:
+            custom("render: the band's image into the view's", self._place_band, _no_adjoint,
+                   reads=[self.image, self.diff_image], writes=[self.frame, self.diff_frame])
 
     def _declare_used_rows(self) -> None:
-        """Tell the tape which rows of each gradient this view and the slot count (on the device) use
+        """Tell the tape which rows of each gradient this band and the slot count (on the device) use
         (`Tape.used_rows`): zeroing them
         alone is 4x less work at 256x128 than the fields' 512x256 (measured before: ~40 ms of a ~190 ms taped render
         zeroing the whole fields)."""
-        n_px = self.n_px
+        row0, rows = self._band
+        n_px = self.width * rows
         for f in (self.theta_slots, self.points, self.values):
             self.tape.used_rows(f, self.taped_count)
         for f in (self.colour, self.ratio):
@@ -294,20 +336,23 @@ class DiffRenderer:
         for f in (self.soft_ratio, self.soft_colour, self.diff_image):
             self.tape.used_rows(f, n_px)
         for level, (image, terms) in enumerate(zip(self.images, self.terms)):
-            w, h = self._level_size(level)
+            w, h = self._level_size(level)[0], self._band_level(level, row0, rows)[1]
             self.tape.used_rows(image, w * h)
             self.tape.used_rows(terms, w * h)
 
     def _march(self) -> None:
-        """Untaped: the kinematics, the march, and the list of the slots that exist (`slot_count` of them, on the
-        device: every later kernel reads it there, so the host queues the whole evaluation without waiting)."""
-        n_pixel_slots = raymarch_grad.N_LAYERS * self.n_px
+        """Untaped: the kinematics, the march of the band, and the list of the slots that exist (`slot_count` of them,
+        on the device: every later kernel reads it there, so the host queues the whole evaluation without waiting)."""
+        row0, rows = self._band
+        n_pixel_slots = raymarch_grad.N_LAYERS * self.width * rows
         capacity = self.slot_pos.shape[0]
         launch(kinematics, self.theta, self.scene)
-        launch(raymarch_grad.march_pixels, self.scene, self.cam, self.width, self.height, self.edge_px, self.active,
-               self.march_t, self.march_edges, self.lanes)
+        launch(raymarch_grad.march_pixels, self.scene, self.cam, self.width, self.height, row0, rows, self.edge_px,
+               self.active, self.march_t, self.march_edges, self.lanes)
         launch(reduce.compact, self.active, n_pixel_slots, capacity, self.compact_partial, self.slot_pos,
                self.slot_count)
+        if len(self.bands()) > 1:
+            launch(raymarch_grad.keep_most, self.slot_count, int(row0 == 0), self.most_slots)
         self._slots_read = None
 
     @property
@@ -316,10 +361,12 @@ class DiffRenderer:
         return self.read_slots()
 
     def read_slots(self) -> int:
-        """The slots of the last evaluation, read back from the device (one wait, once per evaluation); logs a
-        warning when the view had more than the fields' room (its last edge layers were dropped)."""
+        """The slots of the last evaluation (of a view of several bands: the most of any band), read back from the
+        device (one wait, once per evaluation); logs a warning when the view had more than the fields' room (its
+        last edge layers were dropped)."""
         if self._slots_read is None:
-            count, capacity = int(self.slot_count[None]), self.slot_pos.shape[0]
+            count = int((self.most_slots if len(self.bands()) > 1 else self.slot_count)[None])
+            capacity = self.slot_pos.shape[0]
             if count > capacity:
                 logging.getLogger(__name__).warning(
                     "%d slots at %dx%d, room for %d: the last %d edge layers dropped", count, self.width,
@@ -333,10 +380,11 @@ class DiffRenderer:
         reads the per-slot rows of theta and its parameter gradient is kept too (`raymarch_grad.keep_jacobian`):
         the backward then needs no second SDF adjoint (`_samples_adjoint`); without, it reads the
         gradient-free copy of theta and computes no parameter gradient."""
+        row0, rows = self._band
         count = self.slot_count
-        launch(raymarch_grad.hold, self.scene, self.cam, self.width, self.height, self.slot_pos, count, self.march_t,
-               self.march_edges, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points, self.values,
-               self.lanes)
+        launch(raymarch_grad.hold, self.scene, self.cam, self.width, self.height, row0, rows, self.slot_pos, count,
+               self.march_t, self.march_edges, self.held_t, self.held_mat, self.held_ao, self.held_shadow, self.points,
+               self.values, self.lanes)
         self.theta_fixed.copy_from(self.theta)
         launch(fill_counted_rows, self.points.grad, count, 0.0)
         launch(raymarch_grad.seed_samples, self.values, count)
@@ -355,6 +403,14 @@ class DiffRenderer:
         launch(pack_forward, self.theta, self.cam, self._forward.prm_buffer)
         self._forward.render_packed()
 
+    def _place_band(self) -> None:
+        """Untaped: the band's images (compared, and the differentiable render's own) into the view's."""
+        row0, rows = self._band
+        first, n_px = row0 * self.width, self.width * rows
+        launch(raymarch_grad.place_band, self.image, first, n_px, self.frame)
+        if self.compare == "forward":
+            launch(raymarch_grad.place_band, self.diff_image, first, n_px, self.diff_frame)
+
     def _sample_args(self, j: int, theta) -> tuple:
         return (theta, self.points, self.held_shadow, self.slot_count, j, self.values)
 
@@ -362,33 +418,48 @@ class DiffRenderer:
         """The sample launches' adjoint in theta: theta_slots.grad from values.grad and the Jacobians the hold kept."""
         launch(raymarch_grad.samples_adjoint, self.values, self.jacobian, self.slot_count, self.theta_slots)
 
-    def _record_loss(self) -> None:
-        self.loss.fill(0.0)  # Taichi's own fill: neither recorded nor differentiated
+    def _record_loss(self, row0: int, rows: int) -> None:
+        """The band's loss terms at every pyramid level, added into the loss (zeroed by the first band), each level
+        scaled by the view's pixels at that level."""
+        if row0 == 0:
+            self.loss.fill(0.0)  # Taichi's own fill: neither recorded nor differentiated
         for level in range(self.levels):
-            w, h = self._level_size(level)
+            (w, h), (level_row0, level_rows) = self._level_size(level), self._band_level(level, row0, rows)
             if level > 0:
-                pw, ph = self._level_size(level - 1)
-                launch(image_loss.downsample, self.images[level - 1], pw, ph, self.images[level],
+                pw, prows = self._level_size(level - 1)[0], self._band_level(level - 1, row0, rows)[1]
+                launch(image_loss.downsample, self.images[level - 1], pw, prows, self.images[level],
                        name="loss: downsample")
-            n = w * h
-            launch(image_loss.image_loss_terms, self.images[level], self.targets[level], self.weights[level], n,
-                   self.loss_kind, self.terms[level], self.dloss[level], name=f"loss: level {level} terms")
-            launch(reduce.sum_into, self.terms[level], n, 1.0 / (3.0 * n * self.levels), self.partials[level],
+            n = w * level_rows
+            launch(image_loss.image_loss_terms, self.images[level], self.targets[level], self.weights[level],
+                   level_row0 * w, n, self.loss_kind, self.terms[level], self.dloss[level],
+                   name=f"loss: level {level} terms")
+            launch(reduce.sum_into, self.terms[level], n, 1.0 / (3.0 * w * h * self.levels), self.partials[level],
                    self.loss, name=f"loss: level {level} sum")
+
+    def _render_bands(self) -> None:
+        """Every band of the image at the current theta, without the loss."""
+        has_target, self.has_target = self.has_target, False
+        try:
+            for row0, rows in self.bands():
+                self.record(row0, rows)
+        finally:
+            self.has_target = has_target
 
     def render(self) -> np.ndarray:
         """The image at the current theta, linear RGB (height, width, 3) float32 (no tape)."""
-        has_target, self.has_target = self.has_target, False
-        try:
-            self.record()
-        finally:
-            self.has_target = has_target
+        self._render_bands()
         self.read_slots()  # the host waits here anyway: warn of dropped edge layers, if any
         return self.image_numpy()
 
-    def image_numpy(self, field=None) -> np.ndarray:
-        """The last evaluation's `field` (default: the image the loss compared) as (height, width, 3) float32."""
-        return (self.image if field is None else field).to_numpy()[:self.n_px].reshape(self.height, self.width, 3)
+    def image_numpy(self, differentiable: bool = False) -> np.ndarray:
+        """The last evaluation's image as (height, width, 3) float32: the one the loss compared, or (with
+        `differentiable`) the differentiable render's own (the same unless `set_compare("forward")`)."""
+        own = differentiable and self.compare == "forward"
+        if len(self.bands()) > 1:
+            field = self.diff_frame if own else self.frame
+        else:
+            field = self.diff_image if own else self.image
+        return field.to_numpy()[:self.n_px].reshape(self.height, self.width, 3)
 
     def loss_and_gradient(self) -> tuple[float, np.ndarray]:
         """Loss against the target at the current theta, and d loss / d theta (float64 copy of the f32 gradient)."""
@@ -399,18 +470,22 @@ class DiffRenderer:
     def gradient_on_device(self) -> None:
         """`loss_and_gradient` left on the device: the loss in `self.loss`, d loss / d theta in `self.theta.grad`.
         The host queues the launches and waits for nothing (an optimiser on the device takes it from there:
-        engine.theta_adam)."""
+        engine.theta_adam). A view of several bands: each band recorded and reversed in turn, its gradient added
+        to theta's (the tape keeps theta's gradient between bands), its loss to the loss."""
         if not self.has_target:
             raise RuntimeError("DiffRenderer: set_target first")
-        self.tape.reset()
-        with self.tape:
-            self.record()
-        self.tape.backward(self.loss)
+        for k, (row0, rows) in enumerate(self.bands()):
+            self.tape.reset(keep=(self.theta,) if k else ())
+            with self.tape:
+                self.record(row0, rows)
+            self.tape.backward(self.loss)
 
     def render_taped(self) -> np.ndarray:
         """`render()`, the render kept on the tape: an `image_jacobian()` at this theta (and view and loss
         settings) then runs only the reverse passes. A trial that may become the next linearisation point renders
-        so at no extra cost."""
+        so at no extra cost. A view of several bands keeps none (the tape holds one band): plain `render()`."""
+        if len(self.bands()) > 1:
+            return self.render()
         self.tape.reset()
         with self.tape:
             image = self.render()
@@ -430,18 +505,30 @@ class DiffRenderer:
         channel's image gradient seeded with 1: every slot's row of `theta_slots.grad` is then d(its pixel's
         channel)/d theta, because a pixel's image depends only on its own slots (shade, soft minimum and compose
         are per pixel); the rows are summed per pixel, layer by layer in slot order. The loss's own gradient is
-        sum_p dloss_p . J_p (a test checks it)."""
-        if self._kept != self._image_key():
+        sum_p dloss_p . J_p (a test checks it). A view of several bands: each band's taped render and reverse
+        passes in turn."""
+        bands = self.bands()
+        if len(bands) == 1 and self._kept != self._image_key():
             self.render_taped()
         n = self.n_px
         if self._jac is None or self._jac.shape[0] != n:
             self._jac = ti.ndarray(ti.f64, (n, 3, N_THETA))  # per view: a new size recompiles nothing
-        for channel in range(3):
-            self.tape.zero_grad()
-            launch(raymarch_grad.seed_channel, self.image.grad, n, channel)
-            self.tape.backward(None)
-            launch(raymarch_grad.pixel_rows, self.theta_slots.grad, self.slot_pos, self.slot_count, n, channel,
-                   self._jac)
+        for row0, rows in bands:
+            if len(bands) > 1:
+                self.tape.reset()
+                has_target, self.has_target = self.has_target, False
+                try:
+                    with self.tape:
+                        self.record(row0, rows)
+                finally:
+                    self.has_target = has_target
+            n_band = self.width * rows
+            for channel in range(3):
+                self.tape.zero_grad()
+                launch(raymarch_grad.seed_channel, self.image.grad, n_band, channel)
+                self.tape.backward(None)
+                launch(raymarch_grad.pixel_rows, self.theta_slots.grad, self.slot_pos, self.slot_count, n_band,
+                       row0 * self.width, channel, self._jac)
         jac = self._jac.to_numpy()
         return self.image_numpy(), jac.reshape(self.height, self.width, 3, N_THETA)
 
@@ -449,7 +536,8 @@ class DiffRenderer:
         """The loss at the current theta, no gradient."""
         if not self.has_target:
             raise RuntimeError("DiffRenderer: set_target first")
-        self.record()
+        for row0, rows in self.bands():
+            self.record(row0, rows)
         return float(self.loss[None])
 
     def destroy(self) -> None:
@@ -457,10 +545,20 @@ class DiffRenderer:
             g.destroy()
 
 
-def slot_capacity(width: int, height: int) -> int:
-    """The slots a renderer for views up to width x height allocates: a hit per pixel and EDGE_SLOTS_PER_SPAN edge
-    layers per pixel of width + height, at most every layer of every pixel."""
-    return min(width * height + EDGE_SLOTS_PER_SPAN * (width + height), raymarch_grad.N_LAYERS * width * height)
+def slot_capacity(width: int, height: int, rows: int | None = None) -> int:
+    """The slots a renderer for views up to width x height allocates for a band of `rows` rows (default: all): a
+    hit per pixel of the band and EDGE_SLOTS_PER_SPAN edge layers per pixel of the view's width + height (a band
+    has no more edge layers than its view), at most every layer of every pixel of the band."""
+    band_px = width * (height if rows is None else rows)
+    return min(band_px + EDGE_SLOTS_PER_SPAN * (width + height), raymarch_grad.N_LAYERS * band_px)
+
+
+def band_rows(width: int, height: int, band_pixels: int = BAND_PIXELS) -> int:
+    """The rows of a band of a renderer for views up to width x height: every row if the view has at most
+    band_pixels pixels, else as many whole multiples of BAND_ALIGN rows as fit in band_pixels (at least one)."""
+    if width * height <= band_pixels:
+        return height
+    return min(height, max(BAND_ALIGN, band_pixels // width // BAND_ALIGN * BAND_ALIGN))
 
 
 _shared: dict[tuple[int, int], DiffRenderer] = {}
@@ -488,11 +586,27 @@ def _padded(values: np.ndarray, n: int) -> np.ndarray:
 
 def held_layers(r: DiffRenderer) -> dict[str, np.ndarray]:
     """The last evaluation's held slots as (N_LAYERS, height, width) arrays: active, covering (an edge layer
-    whose ratio is inside the edge width, so it covers part of its pixel), material, ao, normal (... 3)."""
-    n = r.n_px
-    shape = (raymarch_grad.N_LAYERS, r.height, r.width)
-    grad, material, ao = per_pixel_slot(r, r.held_grad.to_numpy()[:, raymarch_grad.S_POINT], r.held_mat.to_numpy(),
-                                        r.held_ao.to_numpy())
+    whose ratio is inside the edge width, so it covers part of its pixel), material, ao, normal (... 3). A view
+    of several bands renders each band again (untaped, at the current theta) to read its slots."""
+    bands = r.bands()
+    parts = []
+    for row0, rows in bands:
+        if len(bands) > 1:
+            has_target, r.has_target = r.has_target, False
+            try:
+                r.record(row0, rows)
+            finally:
+                r.has_target = has_target
+        parts.append(_band_layers(r, r.width * rows))
+    return {key: np.concatenate([part[key] for part in parts], axis=1) for key in parts[0]}
+
+
+def _band_layers(r: DiffRenderer, n: int) -> dict[str, np.ndarray]:
+    """`held_layers` of the band last recorded (n of its pixels)."""
+    shape = (raymarch_grad.N_LAYERS, n // r.width, r.width)
+    slots = min(int(r.slot_count[None]), r.slot_pos.shape[0])
+    grad, material, ao = _at_pixel_slots(r, slots, n, r.held_grad.to_numpy()[:, raymarch_grad.S_POINT],
+                                         r.held_mat.to_numpy(), r.held_ao.to_numpy())
     grad = grad.reshape(*shape, 3)
     normal = grad / np.maximum(np.linalg.norm(grad, axis=-1, keepdims=True), 1e-12)
     active = r.active.to_numpy()[:raymarch_grad.N_LAYERS * n].reshape(shape) != 0
@@ -504,12 +618,20 @@ def held_layers(r: DiffRenderer) -> dict[str, np.ndarray]:
 
 def per_pixel_slot(r: DiffRenderer, *values: np.ndarray) -> list[np.ndarray]:
     """The last evaluation's per-slot `values` (each a field's to_numpy(), compact slots first) at their pixel
-    slots: one (N_LAYERS * n_px, ...) array each, zero where no slot exists (slot_pos read back once)."""
-    pos = r.slot_pos.to_numpy()[:r.n_slots]
+    slots: one (N_LAYERS * n_px, ...) array each, zero where no slot exists (slot_pos read back once). A view of
+    one band only (the fields hold the last band)."""
+    if len(r.bands()) > 1:
+        raise RuntimeError(f"per_pixel_slot: a {r.width}x{r.height} view renders in {len(r.bands())} bands; the slots "
+                           f"held are the last band's (use held_layers)")
+    return _at_pixel_slots(r, r.n_slots, r.n_px, *values)
+
+
+def _at_pixel_slots(r: DiffRenderer, slots: int, n_px: int, *values: np.ndarray) -> list[np.ndarray]:
+    pos = r.slot_pos.to_numpy()[:slots]
     out = []
     for v in values:
-        at = np.zeros((raymarch_grad.N_LAYERS * r.n_px, *v.shape[1:]), v.dtype)
-        at[pos] = v[:r.n_slots]
+        at = np.zeros((raymarch_grad.N_LAYERS * n_px, *v.shape[1:]), v.dtype)
+        at[pos] = v[:slots]
         out.append(at)
     return out
 
@@ -536,8 +658,7 @@ def run_render_gradient(theta: np.ndarray, target: np.ndarray, weight: np.ndarra
     r.set_theta(theta)
     r.set_target(target, weight)
     loss, grad = r.loss_and_gradient()
-    out = {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy(),
-           "diff_image": r.image_numpy(r.diff_image if r.compare == "forward" else r.image)}
+    out = {"loss": np.float64(loss), "grad": grad, "image": r.image_numpy(), "diff_image": r.image_numpy(True)}
     if edges:
         out["edges"] = edge_mask(r)
     return out

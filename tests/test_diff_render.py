@@ -255,3 +255,35 @@ def test_packets_march_and_hold_as_one_ray_per_thread_does():
     for key in ("image", "loss", "grad", "t", "shadow", "values", "points"):
         assert np.array_equal(out[f"one_{key}"], out[f"packets_{key}"]), key
     assert (out["one_shadow"] > 0.0).sum() > 10 and out["n_slots"] > 61 * 40 // 2  # shadows, edge layers
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_view_in_bands_renders_and_differentiates_as_one_band_does(arch):
+    """A view rendered band after band (engine.diff_render: the fields hold one band; here bands of 8 rows, the
+    last of 4) gives the same image, image Jacobian and edge mask as the whole view at once, bit for bit (every
+    pixel's work is the same), and the same loss and gradient but for the order of the sums across bands: within
+    1e-12 (the float64 loss) and 1e-6 of the largest component (the float32 gradient), over a 3-level pyramid and
+    against the forward renderer's image."""
+    from app.scenes.robot_arm import theta_at
+
+    out = _render_call(arch, "bands_vs_one_band", theta=theta_at(0.6))
+    assert out["one_count"] == 1 and out["bands_count"] == 5
+    for key in ("image", "jacobian_image", "jacobian", "edges"):
+        assert np.array_equal(out[f"one_{key}"], out[f"bands_{key}"]), key
+    assert out["one_edges"].sum() > 20  # silhouettes cross the bands' edges
+    for kind in ("", "forward_"):
+        assert abs(out[f"bands_{kind}loss"] - out[f"one_{kind}loss"]) <= 1e-12 * out[f"one_{kind}loss"], kind
+        grad, band_grad = out[f"one_{kind}grad"], out[f"bands_{kind}grad"]
+        assert np.abs(band_grad - grad).max() <= 1e-6 * np.abs(grad).max(), kind
+
+
+def test_a_band_is_every_row_of_a_view_up_to_band_pixels_else_whole_multiples_of_band_align():
+    from engine.diff_render import BAND_ALIGN, BAND_PIXELS, band_rows, slot_capacity
+
+    assert BAND_PIXELS == 512 * 256 and BAND_ALIGN == 8
+    assert [band_rows(w, h) for w, h in ((256, 128), (512, 256), (1024, 512), (2048, 1024), (600, 300))] == \
+        [128, 256, 128, 64, 216]
+    assert band_rows(64, 40, 64 * 8) == 8 and band_rows(64, 40, 10) == 8  # at least BAND_ALIGN rows
+    # a band's slots: a hit per pixel of the band, the view's edge layers (a band has no more than its view)
+    assert slot_capacity(1024, 512, 128) == 1024 * 128 + 48 * (1024 + 512)
+    assert slot_capacity(256, 128) == 256 * 128 + 48 * (256 + 128)

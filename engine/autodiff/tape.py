@@ -350,13 +350,13 @@ class Tape:
         else:
             self._rows[id(field)] = max(int(rows), self._rows.get(id(field), 0))
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, keep: Iterable[Buffer] = ()) -> None:
         """Zero the gradient of every field and array the tape has seen since the last reset (of a field declared
-        with `used_rows`, those rows): the whole fields' gradients in one launch."""
-        whole = []
+        with `used_rows`, those rows) but those of `keep`: the whole fields' gradients in one launch."""
+        whole, kept = [], {id(buffer) for buffer in keep}
         for buffer in self._touched.values():
             grad = grad_of(buffer)
-            if grad is None:
+            if grad is None or id(buffer) in kept:
                 continue
             rows = self._rows.get(id(buffer))
             if isinstance(rows, Field):
@@ -373,9 +373,10 @@ class Tape:
         elif whole:
             dispatch(fill_value, (whole[0], 0.0))
 
-    def reset(self) -> None:
-        """Zero the gradients and forget every entry, ready for the next iteration."""
-        self.zero_grad()
+    def reset(self, keep: Iterable[Buffer] = ()) -> None:
+        """Zero the gradients (but those of `keep`, which the next backward adds to: a sum over evaluations) and
+        forget every entry, ready for the next iteration."""
+        self.zero_grad(keep)
         self.entries.clear()
         self._readers.clear()
         self._writers.clear()

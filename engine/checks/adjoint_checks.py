@@ -110,10 +110,10 @@ def run_adjoint_checks(seed: int = 0) -> dict:
         target.from_numpy(tg0.astype(ndt))
         weight.from_numpy(wt0.astype(ndt))
         for name, kind in image_loss.LOSS_KINDS.items():
-            dispatch(image_loss.image_loss_terms, (image, target, weight, N_PX, kind, terms, dloss))
+            dispatch(image_loss.image_loss_terms, (image, target, weight, 0, N_PX, kind, terms, dloss))
             terms.grad.from_numpy(c.astype(ndt))
             image.grad.fill(0)
-            _run_adjoint(image_loss.image_loss_terms, (image, target, weight, N_PX, kind, terms, dloss))
+            _run_adjoint(image_loss.image_loss_terms, (image, target, weight, 0, N_PX, kind, terms, dloss))
             out[f"loss_{name}_value"] = terms.to_numpy().astype(np.float64) - reference_image_loss(im0, tg0, wt0, kind)
             out[f"loss_{name}_grad"] = image.grad.to_numpy().astype(np.float64)
             out[f"loss_{name}_fd"] = finite_difference_gradient(

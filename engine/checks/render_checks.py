@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.diff_render import DiffRenderer, held_layers, per_pixel_slot, shared_renderer
+from engine.diff_render import BAND_ALIGN, DiffRenderer, edge_mask, held_layers, per_pixel_slot, shared_renderer
 from engine.kernels import raymarch
 from engine.kernels.kinematics import N_THETA
 from engine.render import Camera
@@ -229,4 +229,36 @@ def run_packets_vs_one_ray(theta: np.ndarray, width: int = 61, height: int = 40,
             out["n_slots"] = np.int64(n)
     finally:
         r.lanes = packets
+    return out
+
+
+def run_bands_vs_one_band(theta: np.ndarray, width: int = 61, height: int = 36, max_width: int = 512,
+                          max_height: int = 256) -> dict:
+    """The computation "bands_vs_one_band": the shared renderer's view rendered whole ("one_*") and in bands of
+    BAND_ALIGN rows ("bands_*", the last one partly filled when height is not a multiple): the image, the loss
+    and gradient of a 3-level pyramid L2 loss against 0.9 x the image and of the same against the forward
+    renderer's image (`set_compare("forward")`), the image Jacobian and the edge mask at theta; "bands"."""
+    r = shared_renderer(max_width, max_height)
+    whole = r.band_rows
+    out = {}
+    try:
+        for name, rows in (("one", whole), ("bands", BAND_ALIGN)):
+            r.band_rows = rows
+            r.set_view(Camera(), int(width), int(height))
+            r.set_theta(theta)
+            image = r.render()
+            r.set_target(0.9 * image)
+            r.set_loss("l2", 3, 1.5)
+            loss, grad = r.loss_and_gradient()
+            r.set_compare("forward")
+            forward_loss, forward_grad = r.loss_and_gradient()
+            r.set_compare("diff")
+            r.set_loss("l2", 1, 1.0)
+            jac_image, jac = r.image_jacobian()
+            out.update({f"{name}_image": image, f"{name}_loss": np.float64(loss), f"{name}_grad": grad,
+                        f"{name}_forward_loss": np.float64(forward_loss), f"{name}_forward_grad": forward_grad,
+                        f"{name}_jacobian_image": jac_image, f"{name}_jacobian": jac, f"{name}_edges": edge_mask(r)})
+            out[f"{name}_count"] = np.int64(len(r.bands()))
+    finally:
+        r.band_rows = whole
     return out

@@ -20,12 +20,13 @@ LOSS_KINDS = {"l2": L2, "l1": L1}
 
 
 @ti.kernel
-def image_loss_terms(image: ti.template(), target: ti.template(), weight: ti.template(), n: ti.i32, kind: ti.i32,
-                     terms: ti.template(), dloss: ti.template()):
-    """terms[i] = loss term of pixel i (L2 or L1, see the module docstring); dloss[i] = d terms[i] / d image[i]."""
+def image_loss_terms(image: ti.template(), target: ti.template(), weight: ti.template(), first: ti.i32, n: ti.i32,
+                     kind: ti.i32, terms: ti.template(), dloss: ti.template()):
+    """terms[i] = loss term of pixel i (L2 or L1, see the module docstring); dloss[i] = d terms[i] / d image[i];
+    for i < n, against target[first + i] and weight[first + i] (`first`: a band's first pixel in the view)."""
     for i in range(n):
-        d = image[i] - target[i]
-        w = weight[i]
+        d = image[i] - target[first + i]
+        w = weight[first + i]
         if kind == L2:
             terms[i] = 0.5 * w * d.dot(d)
             dloss[i] = w * d
@@ -36,8 +37,8 @@ def image_loss_terms(image: ti.template(), target: ti.template(), weight: ti.tem
 
 @custom_adjoint(image_loss_terms)
 @ti.kernel
-def image_loss_terms_adjoint(image: ti.template(), target: ti.template(), weight: ti.template(), n: ti.i32,
-                             kind: ti.i32, terms: ti.template(), dloss: ti.template()):
+def image_loss_terms_adjoint(image: ti.template(), target: ti.template(), weight: ti.template(), first: ti.i32,
+                             n: ti.i32, kind: ti.i32, terms: ti.template(), dloss: ti.template()):
     """image.grad[i] += terms.grad[i] * dloss[i]: the derivative the forward pass stored."""
     for i in range(n):
         image.grad[i] += terms.grad[i] * dloss[i]

@@ -194,18 +194,21 @@ def record_march(m: ti.template(), j: ti.template(), px: ti.i32, n_px: ti.i32, e
 
 @quick("cpu", "vulkan")  # compiles in seconds, not a minute, and runs as fast (engine/compile_effort.py)
 @ti.kernel
-def march_pixels(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, edge_px: ti.f32,
-                 active: ti.template(), march_t: ti.template(), march_edges: ti.template(), lanes: ti.template()):
-    """Untaped: march every pixel and say which of its slots exist: active[layer * n_px + px] (layer 0: the ray
-    hit; layers 1..: an edge layer within reach, see REFINE_MARGIN), with march_t[px] the hit's t and
+def march_pixels(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, row0: ti.i32, rows: ti.i32,
+                 edge_px: ti.f32, active: ti.template(), march_t: ti.template(), march_edges: ti.template(),
+                 lanes: ti.template()):
+    """Untaped: march every pixel of the band (`rows` rows from row `row0` of the width x height view; band pixel
+    px is view pixel px + row0 * width) and say which of its slots exist: active[layer * n_px + px] (layer 0: the
+    ray hit; layers 1..: an edge layer within reach, see REFINE_MARGIN), with march_t[px] the hit's t and
     march_edges[px, layer - 1] the edge layer's bracket (lo, hi) for `hold`. scene: the packed Scene
     (`kinematics.kinematics`: the kinematics once, not per pixel). edge_px: the widest edge (in pixel
     footprints) that still gets a layer. `lanes` pixels of a row per thread (`raymarch.render`)."""
     ti.loop_config(block_dim=ti.static(max(64 // lanes, 8)))
-    for row, packet in ti.ndrange(height, (width + lanes - 1) // lanes):
+    for row, packet in ti.ndrange(rows, (width + lanes - 1) // lanes):
         s = load_scene(scene)
-        n_px = width * height
-        ro, dx, dy, dz, pixel = camera_rays(cam, row * width + packet_indices(packet, width, lanes), width, height)
+        n_px = width * rows
+        ro, dx, dy, dz, pixel = camera_rays(cam, (row0 + row) * width + packet_indices(packet, width, lanes), width,
+                                            height)
         m = march(MARCH_STATES[lanes], ro, dx, dy, dz, pixel, s)
         for j in ti.static(range(lanes)):
             col = packet * lanes + j
@@ -223,27 +226,28 @@ def live_slots(slot_count: ti.template(), capacity: ti.template()) -> ti.i32:
 
 @quick("cpu", "vulkan")  # compiles in seconds, not a minute, and runs as fast (engine/compile_effort.py)
 @ti.kernel
-def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, slot_pos: ti.template(),
-         slot_count: ti.template(), march_t: ti.template(), march_edges: ti.template(), held_t: ti.template(),
-         held_mat: ti.template(), held_ao: ti.template(), held_shadow: ti.template(), points: ti.template(),
-         values: ti.template(), lanes: ti.template()):
+def hold(scene: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, row0: ti.i32, rows: ti.i32,
+         slot_pos: ti.template(), slot_count: ti.template(), march_t: ti.template(), march_edges: ti.template(),
+         held_t: ti.template(), held_mat: ti.template(), held_ao: ti.template(), held_shadow: ti.template(),
+         points: ti.template(), values: ti.template(), lanes: ti.template()):
     """Untaped: hold every slot (see the module docstring), with the scene distance at every held point
     (`values`: what `sdf_samples` gives at this theta, evaluated where the hold needs it anyway). Slot c is
     pixel slot slot_pos[c] (layer * n_px + px, `march_pixels`' active ones, in order: `reduce.compact`).
     held_shadow: the shadow ray's parameter s at its closest approach (0: nothing shadows; -1: the sample
-    there is a bound, not a surface). `lanes` consecutive slots per thread (`raymarch.render`)."""
+    there is a bound, not a surface). `lanes` consecutive slots per thread (`raymarch.render`). The band: as
+    `march_pixels`."""
     n_slots = live_slots(slot_count, slot_pos.shape[0])
     ti.loop_config(block_dim=ti.static(max(128 // lanes, 8)))
     for packet in range((n_slots + lanes - 1) // lanes):
         s = load_scene(scene)
-        n_px = width * height
+        n_px = width * rows
         slot = packet_indices(packet, n_slots, lanes)
         pos = like(slot, 0)
         for j in ti.static(range(lanes)):
             pos = with_lane(pos, j, slot_pos[lane(slot, j)])
         layer = pos // n_px
         px = pos - layer * n_px
-        ro, dx, dy, dz, pixel = camera_rays(cam, px, width, height)
+        ro, dx, dy, dz, pixel = camera_rays(cam, px + row0 * width, width, height)
         t, lo, hi = like(dx, 0.0), like(dx, 0.0), like(dx, 0.0)
         for j in ti.static(range(lanes)):
             edge = march_edges[lane(px, j), ti.max(lane(layer, j) - 1, 0)]
@@ -345,20 +349,35 @@ def seed_channel(image_grad: ti.template(), n_px: ti.i32, channel: ti.i32):
 
 
 @ti.kernel
-def pixel_rows(rows: ti.template(), slot_pos: ti.template(), slot_count: ti.template(), n_px: ti.i32, channel: ti.i32,
-               jac: ti.types.ndarray(dtype=ti.f64, ndim=3)):
-    """jac[px, channel, :] = the sum of the rows (of theta_slots.grad, after `seed_channel`'s reverse pass) of
-    pixel px's slots, layer after layer: d(px's channel)/d theta. A pixel has at most one slot per layer, so each
-    layer's loop writes distinct pixels, and the layers run one after another: no atomics, the same sum in the
-    same order every run. Pixels without a slot (sky) do not depend on theta: 0."""
+def pixel_rows(rows: ti.template(), slot_pos: ti.template(), slot_count: ti.template(), n_px: ti.i32, first: ti.i32,
+               channel: ti.i32, jac: ti.types.ndarray(dtype=ti.f64, ndim=3)):
+    """jac[first + px, channel, :] (px a pixel of the band, `first` the band's first pixel in the view) = the sum of
+    the rows (of theta_slots.grad, after `seed_channel`'s reverse pass) of pixel px's slots, layer after layer:
+    d(px's channel)/d theta. A pixel has at most one slot per layer, so each layer's loop writes distinct pixels,
+    and the layers run one after another: no atomics, the same sum in the same order every run. Pixels without a
+    slot (sky) do not depend on theta: 0."""
     for px, c in ti.ndrange(n_px, jac.shape[2]):
-        jac[px, channel, c] = 0.0
+        jac[first + px, channel, c] = 0.0
     for layer in ti.static(range(N_LAYERS)):
         for slot in range(live_slots(slot_count, slot_pos.shape[0])):
             pos = slot_pos[slot]
             if pos // n_px == layer:
                 for c in range(jac.shape[2]):
-                    jac[pos - layer * n_px, channel, c] += ti.cast(rows[slot, c], ti.f64)
+                    jac[first + pos - layer * n_px, channel, c] += ti.cast(rows[slot, c], ti.f64)
+
+
+@ti.kernel
+def keep_most(slot_count: ti.template(), first: ti.i32, most: ti.template()):
+    """most = slot_count (the first band of an evaluation) or the larger of the two: the most slots of any band."""
+    for _ in range(1):
+        most[None] = ti.select(first != 0, slot_count[None], ti.max(most[None], slot_count[None]))
+
+
+@ti.kernel
+def place_band(image: ti.template(), first: ti.i32, n_px: ti.i32, frame: ti.template()):
+    """frame[first + px] = image[px] for px < n_px: a band's image into the view's."""
+    for px in range(n_px):
+        frame[first + px] = image[px]
 
 
 @ti.kernel
@@ -369,19 +388,19 @@ def hold_gradients(points: ti.template(), slot_count: ti.template(), held_grad: 
 
 
 @ti.kernel
-def shade_slots(theta_slots: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, slot_pos: ti.template(),
-                slot_count: ti.template(), held_t: ti.template(), held_mat: ti.template(), held_ao: ti.template(),
-                held_shadow: ti.template(), points: ti.template(), held_grad: ti.template(),
-                values: ti.template(), colour: ti.template(), ratio: ti.template()):
+def shade_slots(theta_slots: ti.template(), cam: ti.template(), width: ti.i32, height: ti.i32, row0: ti.i32,
+                rows: ti.i32, slot_pos: ti.template(), slot_count: ti.template(), held_t: ti.template(),
+                held_mat: ti.template(), held_ao: ti.template(), held_shadow: ti.template(), points: ti.template(),
+                held_grad: ti.template(), values: ti.template(), colour: ti.template(), ratio: ti.template()):
     """Taped: colour (lit, fogged) and edge ratio of every slot, from its samples (module docstring, 3.), into
-    its pixel slot slot_pos[slot] of colour and ratio."""
+    its pixel slot slot_pos[slot] of colour and ratio. The band: as `march_pixels`."""
     ti.loop_config(block_dim=64)
     for slot in range(live_slots(slot_count, slot_pos.shape[0])):
-        n_px = width * height
+        n_px = width * rows
         pos = slot_pos[slot]
         layer = pos // n_px
         s = scene_from_theta(theta_row(theta_slots, slot))
-        ro, rd, pixel = camera_ray(cam, pos - layer * n_px, width, height)
+        ro, rd, pixel = camera_ray(cam, pos - layer * n_px + row0 * width, width, height)
         t0 = held_t[slot]
         f0 = values[slot, S_POINT]
         g = ti.min(held_grad[slot, S_POINT].dot(rd), -MIN_GRAZING)
@@ -405,10 +424,12 @@ def shade_slots(theta_slots: ti.template(), cam: ti.template(), width: ti.i32, h
 
 @ti.kernel
 def compose(colour: ti.template(), active: ti.template(), soft_ratio: ti.template(), soft_colour: ti.template(),
-            cam: ti.template(), width: ti.i32, height: ti.i32, edge_px: ti.f32, image: ti.template()):
-    """Taped: image[px] = tone_map(hit colour or sky, with the edge colour blended over by its soft coverage)."""
-    for px in range(width * height):
-        ro, rd, pixel = camera_ray(cam, px, width, height)
+            cam: ti.template(), width: ti.i32, height: ti.i32, row0: ti.i32, rows: ti.i32, edge_px: ti.f32,
+            image: ti.template()):
+    """Taped: image[px] = tone_map(hit colour or sky, with the edge colour blended over by its soft coverage), for
+    every pixel of the band (as `march_pixels`)."""
+    for px in range(width * rows):
+        ro, rd, pixel = camera_ray(cam, px + row0 * width, width, height)
         base = sky(rd)
         if active[px] != 0:
             base = colour[px]

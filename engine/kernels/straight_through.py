@@ -17,21 +17,21 @@ from engine.autodiff.custom import custom_adjoint
 
 
 @ti.kernel
-def substitute_image(diff_image: ti.template(), forward_rgb: ti.types.ndarray(dtype=ti.f32, ndim=3), n: ti.i32,
-                     image: ti.template()):
-    """image[i] = forward_rgb at pixel i (row-major, i < n; forward_rgb (height, width, 3)); diff_image is not read:
-    it is where the adjoint sends the gradient."""
+def substitute_image(diff_image: ti.template(), forward_rgb: ti.types.ndarray(dtype=ti.f32, ndim=3), first: ti.i32,
+                     n: ti.i32, image: ti.template()):
+    """image[i] = forward_rgb at pixel first + i (row-major, i < n; forward_rgb (height, width, 3); `first`: a
+    tile's first pixel in the view); diff_image is not read: it is where the adjoint sends the gradient."""
     for i in range(n):
         width = forward_rgb.shape[1]
-        row = i // width
-        col = i - row * width
+        row = (first + i) // width
+        col = first + i - row * width
         image[i] = ti.Vector([forward_rgb[row, col, 0], forward_rgb[row, col, 1], forward_rgb[row, col, 2]])
 
 
 @custom_adjoint(substitute_image)
 @ti.kernel
-def substitute_image_adjoint(diff_image: ti.template(), forward_rgb: ti.types.ndarray(dtype=ti.f32, ndim=3), n: ti.i32,
-                             image: ti.template()):
+def substitute_image_adjoint(diff_image: ti.template(), forward_rgb: ti.types.ndarray(dtype=ti.f32, ndim=3),
+                             first: ti.i32, n: ti.i32, image: ti.template()):
     """diff_image.grad[i] += image.grad[i]: the straight-through pass (see the module docstring)."""
     for i in range(n):
         diff_image.grad[i] += image.grad[i]
