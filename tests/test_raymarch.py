@@ -209,7 +209,7 @@ def test_the_differentiable_renderers_march_is_the_same_in_packets(ti_cpu):
         active = ti.field(ti.i32, raymarch_grad.N_LAYERS * n_px)
         march_t = ti.field(ti.f32, n_px)
         edges = ti.Vector.field(2, ti.f32, (n_px, raymarch_grad.N_LAYERS - 1))
-        raymarch_grad.march_pixels(scene, cam, width, height, 1.0, active, march_t, edges, lanes)
+        raymarch_grad.march_pixels(scene, cam, width, height, 0, height, 1.0, active, march_t, edges, lanes)
         outs.append((active.to_numpy(), march_t.to_numpy(), edges.to_numpy()))
     for one, packet in zip(*outs):
         assert np.array_equal(one, packet)
