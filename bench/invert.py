@@ -24,8 +24,10 @@ the derivative moves by the held point's error over the edge's radius (a few per
 side's own march holds slightly different points (measured 2026-11-30, docs/RESULTS.md: outside
 the band 1e-4 (smooth pixels) to 2e-3, in it up to 1e-1). A disagreement prints the comparison
 and no times (exit 1). Times: --repeats iterations per
-side, interleaved, after one warm-up (first-call times, which include compiles, reported
-apart); medians with min/max. Threads: both sides get --threads (Taichi's
+side, back to back, one side after the other (as a user runs one of them: interleaved, each side's iteration
+started with the caches the other's left: measured 2026-12-05 at 256x128, ours 50.1 ms interleaved against 42.2 in
+a block, Dr.Jit 82.3 against 79.3, `docs/results-log.md` "Stop 47"), after one warm-up (first-call times, which
+include compiles, reported apart); medians with min/max. Threads: both sides get --threads (Taichi's
 cpu_max_num_threads, Dr.Jit's thread pool). Memory (unless --no-memory): one child process per
 side and size (after an unmeasured one that leaves its kernels in the kernel caches, see `_memory`)
 runs a warm iteration, resets the peak RSS (/proc/self/clear_refs), runs one more
@@ -334,11 +336,10 @@ def main(argv: list[str]) -> int:
             firsts.append((size, first))
             progress.update(1)
             times: dict[str, list[float]] = {"ours": [], "drjit": []}
-            for _ in range(options.repeats):
-                times["ours"].append(_timed(lambda: ours.iteration(theta)))
-                if peer:
-                    times["drjit"].append(_timed(lambda: peer.iteration(theta)))
-                progress.update(1)
+            for side, runner in (("ours", ours), ("drjit", peer)):
+                for _ in range(options.repeats if runner else 0):
+                    times[side].append(_timed(lambda: runner.iteration(theta)))
+                    progress.update(0.5 if peer else 1)
             rows.append((size, times))
             adam[size] = ours.adam_iterations(theta, options.repeats)
             progress.update(options.repeats)
