@@ -69,9 +69,11 @@ MAX_LEVELS = 4  # pyramid levels allocated (level l is 2^l times coarser)
 # (logged). It was 1.5 slots per pixel: too few at 64x32 (1.95 used), 0.45 per pixel wasted at 1024x512 (1.06).
 EDGE_SLOTS_PER_SPAN = 48
 # A view of more pixels than BAND_PIXELS renders in bands of rows, one after another, each with the fields of a band
-# (memory: the per-slot state of a 1024x512 view was 400 MiB at once; docs/RESULTS.md); a band starts on a multiple of
-# BAND_ALIGN rows so that every pyramid level of the loss splits at the bands' edges (level l halves rows l times)
-BAND_PIXELS = 512 * 256
+# (memory: the per-slot state of a 1024x512 view was 400 MiB at once; smaller bands also ran 4-6 % faster, their
+# state staying in cache; the recovery's 256x128 view stays one band, whose taped render the polish's Jacobian
+# reuses: docs/RESULTS.md); a band starts on a multiple of BAND_ALIGN rows so that every pyramid level of the loss
+# splits at the bands' edges (level l halves rows l times)
+BAND_PIXELS = 256 * 128
 BAND_ALIGN = 1 << (MAX_LEVELS - 1)
 COMPARE_KINDS = ("diff", "forward")  # which image the loss compares with the target (DiffRenderer.set_compare)
 # Per-slot sample fields are laid out sample by sample ((slot, j) indexed, j outermost in memory): each of the six
@@ -96,15 +98,16 @@ class DiffRenderer:
                  band_pixels: int = BAND_PIXELS):
         """max_width, max_height: the largest view (fields are allocated for it); lanes: pixels and slots per
         thread of the untaped march and hold (None: the backend's packet width, `engine.kernels.lanes.lanes_for`;
-        the result is the same bit for bit at any width); band_pixels: a larger view renders in bands of rows of
-        at most this many pixels (`band_rows`), and the per-pixel and per-slot fields are allocated for a band."""
+        the result is the same bit for bit at any width); band_pixels: a view of more pixels renders in bands of
+        rows (`bands`), and the per-pixel and per-slot fields are allocated for a band (`band_rows` rows at the
+        maximum width: `self.band_pixels` pixels)."""
         check_size(max_width, max_height)
         self.max_width, self.max_height = int(max_width), int(max_height)
         self.lanes = lanes or lanes_for(backend.arch_in_use())
-        self.band_rows = band_rows(self.max_width, self.max_height, band_pixels)
+        rows = band_rows(self.max_width, self.max_height, band_pixels)
         view_px = self.max_width * self.max_height
-        max_px = self.max_width * self.band_rows  # a band's pixels: every per-pixel field below but the view's own
-        max_slots = slot_capacity(self.max_width, self.max_height, self.band_rows)  # compact slots (`_march`)
+        max_px = self.band_pixels = self.max_width * rows  # a band's pixels: every per-pixel field below but the view's
+        max_slots = slot_capacity(self.max_width, self.max_height, rows)  # compact slots (`_march`)
         self._slots_read: int | None = None  # `n_slots` once read back from the device for this evaluation
         # three groups, each within one Vulkan storage buffer at 512x256 (engine.fields.VULKAN_MAX_BYTES)
         g = FieldGroup()
@@ -259,8 +262,13 @@ class DiffRenderer:
         return self.width * self.height
 
     def bands(self) -> list[tuple[int, int]]:
-        """The current view's bands of rows, top to bottom: (first row, rows); one when the view fits a band."""
-        return [(row0, min(self.band_rows, self.height - row0)) for row0 in range(0, self.height, self.band_rows)]
+        """The current view's bands of rows, top to bottom: (first row, rows); one when the view fits a band's
+        `band_pixels` (a narrower view than the maximum fits more rows), else as many whole multiples of
+        BAND_ALIGN rows as fit."""
+        rows = self.band_pixels // max(self.width, 1)
+        if rows < self.height:
+            rows = max(BAND_ALIGN, rows // BAND_ALIGN * BAND_ALIGN)
+        return [(row0, min(rows, self.height - row0)) for row0 in range(0, self.height, rows)]
 
     def _level_size(self, level: int) -> tuple[int, int]:
         return max(self.width >> level, 1), max(self.height >> level, 1)
@@ -279,9 +287,9 @@ class DiffRenderer:
         if not self.width:
             raise RuntimeError("DiffRenderer: set_view first")
         rows = self.height if rows is None else rows
-        if rows > self.band_rows:
-            raise RuntimeError(f"a band of {rows} rows: this renderer's bands hold {self.band_rows}; record each of "
-                               f"`bands()`")
+        if self.width * rows > self.band_pixels:
+            raise RuntimeError(f"a band of {rows} rows of {self.width}: this renderer's bands hold {self.band_pixels} "
+                               f"pixels; record each of `bands()`")
         self._kept = None
         self._band = (row0, rows)
         n_px = self.width * rows

@@ -280,9 +280,9 @@ def test_a_view_in_bands_renders_and_differentiates_as_one_band_does(arch):
 def test_a_band_is_every_row_of_a_view_up_to_band_pixels_else_whole_multiples_of_band_align():
     from engine.diff_render import BAND_ALIGN, BAND_PIXELS, band_rows, slot_capacity
 
-    assert BAND_PIXELS == 512 * 256 and BAND_ALIGN == 8
-    assert [band_rows(w, h) for w, h in ((256, 128), (512, 256), (1024, 512), (2048, 1024), (600, 300))] == \
-        [128, 256, 128, 64, 216]
+    assert BAND_PIXELS == 256 * 128 and BAND_ALIGN == 8
+    assert [band_rows(w, h) for w, h in ((256, 128), (512, 256), (1024, 512), (2048, 1024), (300, 150))] == \
+        [128, 64, 32, 16, 104]
     assert band_rows(64, 40, 64 * 8) == 8 and band_rows(64, 40, 10) == 8  # at least BAND_ALIGN rows
     # a band's slots: a hit per pixel of the band, the view's edge layers (a band has no more than its view)
     assert slot_capacity(1024, 512, 128) == 1024 * 128 + 48 * (1024 + 512)

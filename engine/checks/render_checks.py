@@ -239,11 +239,11 @@ def run_bands_vs_one_band(theta: np.ndarray, width: int = 61, height: int = 36, 
     and gradient of a 3-level pyramid L2 loss against 0.9 x the image and of the same against the forward
     renderer's image (`set_compare("forward")`), the image Jacobian and the edge mask at theta; "bands"."""
     r = shared_renderer(max_width, max_height)
-    whole = r.band_rows
+    whole = r.band_pixels
     out = {}
     try:
-        for name, rows in (("one", whole), ("bands", BAND_ALIGN)):
-            r.band_rows = rows
+        for name, pixels in (("one", whole), ("bands", BAND_ALIGN * int(width))):
+            r.band_pixels = pixels
             r.set_view(Camera(), int(width), int(height))
             r.set_theta(theta)
             image = r.render()
@@ -260,5 +260,5 @@ def run_bands_vs_one_band(theta: np.ndarray, width: int = 61, height: int = 36, 
                         f"{name}_jacobian_image": jac_image, f"{name}_jacobian": jac, f"{name}_edges": edge_mask(r)})
             out[f"{name}_count"] = np.int64(len(r.bands()))
     finally:
-        r.band_rows = whole
+        r.band_pixels = whole
     return out
