@@ -35,8 +35,9 @@ One evaluation on the tape:
 7. per pyramid level: `downsample` (levels > 0), `image_loss_terms` (declared adjoint),
    `sum_into` the loss (declared adjoint).
 
-Everything is allocated at `max_width x max_height` once, and sizes are runtime
-arguments: one compile serves every resolution (a taped shading kernel takes about a
+Everything is allocated at `max_width x max_height` once (the per-pixel and per-slot state for a band of rows:
+a view of more than BAND_PIXELS pixels runs these steps band after band, `bands()`, the loss and theta's gradient
+summed over them), and sizes are runtime arguments: one compile serves every resolution (a taped shading kernel takes about a
 minute to compile per backend; Taichi compiles once per set of fields, so keep one
 renderer per process: `shared_renderer`). Losses and gradients are bit-identical run to
 run on one backend (no float atomics shared between threads anywhere).
