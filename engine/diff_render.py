@@ -445,14 +445,18 @@ class DiffRenderer:
             launch(reduce.sum_into, self.terms[level], n, 1.0 / (3.0 * w * h * self.levels), self.partials[level],
                    self.loss, name=f"loss: level {level} sum")
 
-    def _render_bands(self) -> None:
-        """Every band of the image at the current theta, without the loss."""
+    def _record_image(self, row0: int, rows: int) -> None:
+        """`record` of band (row0, rows) without the loss, whether a target is set or not."""
         has_target, self.has_target = self.has_target, False
         try:
-            for row0, rows in self.bands():
-                self.record(row0, rows)
+            self.record(row0, rows)
         finally:
             self.has_target = has_target
+
+    def _render_bands(self) -> None:
+        """Every band of the image at the current theta, without the loss."""
+        for row0, rows in self.bands():
+            self._record_image(row0, rows)
 
     def render(self) -> np.ndarray:
         """The image at the current theta, linear RGB (height, width, 3) float32 (no tape)."""
@@ -525,12 +529,8 @@ class DiffRenderer:
         for row0, rows in bands:
             if len(bands) > 1:
                 self.tape.reset()
-                has_target, self.has_target = self.has_target, False
-                try:
-                    with self.tape:
-                        self.record(row0, rows)
-                finally:
-                    self.has_target = has_target
+                with self.tape:
+                    self._record_image(row0, rows)
             n_band = self.width * rows
             for channel in range(3):
                 self.tape.zero_grad()
@@ -601,11 +601,7 @@ def held_layers(r: DiffRenderer) -> dict[str, np.ndarray]:
     parts = []
     for row0, rows in bands:
         if len(bands) > 1:
-            has_target, r.has_target = r.has_target, False
-            try:
-                r.record(row0, rows)
-            finally:
-                r.has_target = has_target
+            r._record_image(row0, rows)
         parts.append(_band_layers(r, r.width * rows))
     return {key: np.concatenate([part[key] for part in parts], axis=1) for key in parts[0]}
 

@@ -20,7 +20,7 @@ from engine.autodiff.custom import custom_adjoint
 def substitute_image(diff_image: ti.template(), forward_rgb: ti.types.ndarray(dtype=ti.f32, ndim=3), first: ti.i32,
                      n: ti.i32, image: ti.template()):
     """image[i] = forward_rgb at pixel first + i (row-major, i < n; forward_rgb (height, width, 3); `first`: a
-    tile's first pixel in the view); diff_image is not read: it is where the adjoint sends the gradient."""
+    band's first pixel in the view); diff_image is not read: it is where the adjoint sends the gradient."""
     for i in range(n):
         width = forward_rgb.shape[1]
         row = (first + i) // width
